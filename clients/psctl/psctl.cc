@@ -1,0 +1,431 @@
+#include "clients/psctl/psctl.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "lib/base/json_writer.h"
+#include "lib/base/net_address.h"
+#include "lib/rpc/grpc_util.h"
+#include "proto/hetps/v1/admin.grpc.pb.h"
+#include "proto/hetps/v1/scheduler.grpc.pb.h"
+
+namespace hetps {
+namespace psctl {
+namespace {
+
+constexpr char kUsageText[] =
+    "usage: psctl [--endpoint HOST:PORT] [--timeout_ms N] [-o table|json] COMMAND\n"
+    "\n"
+    "commands:\n"
+    "  status        the endpoint daemon's status (schedd adds cluster counts)\n"
+    "  nodes [--all] cluster members from schedd (--all adds dead and left nodes)\n"
+    "  config        the endpoint daemon's effective configuration and sources\n"
+    "  drain         ask the endpoint daemon to drain and exit\n"
+    "  help          this text\n"
+    "\n"
+    "--endpoint defaults to 127.0.0.1:7070 (schedd) or $HETPS_ENDPOINT.\n"
+    "exit codes: 0 ok, 1 error from the daemon, 2 usage, 4 endpoint unavailable\n";
+
+const char* RoleName(v1::Role r) {
+  switch (r) {
+    case v1::ROLE_SCHEDULER:
+      return "scheduler";
+    case v1::ROLE_SERVER:
+      return "server";
+    case v1::ROLE_WORKER:
+      return "worker";
+    default:
+      return "unspecified";
+  }
+}
+
+const char* StateName(v1::NodeState s) {
+  switch (s) {
+    case v1::NODE_STATE_ALIVE:
+      return "alive";
+    case v1::NODE_STATE_DEAD:
+      return "dead";
+    case v1::NODE_STATE_LEFT:
+      return "left";
+    default:
+      return "unspecified";
+  }
+}
+
+const char* ServingName(v1::ServingState s) {
+  switch (s) {
+    case v1::SERVING_STATE_STARTING:
+      return "starting";
+    case v1::SERVING_STATE_SERVING:
+      return "serving";
+    case v1::SERVING_STATE_DRAINING:
+      return "draining";
+    default:
+      return "unspecified";
+  }
+}
+
+std::string Bytes(uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrCat(b, " B") : absl::StrFormat("%.1f %s", v, units[u]);
+}
+
+std::string Age(int64_t unix_ms, absl::Time now) {
+  if (unix_ms <= 0) return "-";
+  absl::Duration d = now - absl::FromUnixMillis(unix_ms);
+  if (d < absl::ZeroDuration()) d = absl::ZeroDuration();
+  if (d < absl::Seconds(10)) return absl::StrFormat("%.1fs", absl::ToDoubleSeconds(d));
+  if (d < absl::Minutes(2)) return absl::StrFormat("%ds", absl::ToInt64Seconds(d));
+  if (d < absl::Hours(2)) return absl::StrFormat("%dm", absl::ToInt64Minutes(d));
+  return absl::StrFormat("%dh", absl::ToInt64Hours(d));
+}
+
+// Left-aligned columns, two spaces apart.
+std::string Table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& r : rows) {
+    width.resize(std::max(width.size(), r.size()));
+    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  }
+  std::string out;
+  for (const auto& r : rows) {
+    std::string line;
+    for (size_t i = 0; i < r.size(); ++i) {
+      line += r[i];
+      if (i + 1 < r.size()) line += std::string(width[i] - r[i].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+void CapabilitiesJson(const v1::Capabilities& c, JsonWriter& w) {
+  w.BeginObject()
+      .Key("hostname")
+      .String(c.hostname())
+      .Key("cpu_cores")
+      .Uint(c.cpu_cores())
+      .Key("memory_bytes")
+      .Uint(c.memory_bytes())
+      .Key("nccl_version")
+      .Uint(c.nccl_version())
+      .Key("gpus")
+      .BeginArray();
+  for (const auto& g : c.gpus()) {
+    w.BeginObject()
+        .Key("index")
+        .Uint(g.index())
+        .Key("name")
+        .String(g.name())
+        .Key("memory_bytes")
+        .Uint(g.memory_bytes())
+        .Key("compute_capability")
+        .Uint(g.compute_capability())
+        .EndObject();
+  }
+  w.EndArray().EndObject();
+}
+
+std::string GpuSummary(const v1::Capabilities& c) {
+  if (c.gpus_size() == 0) return "0";
+  std::vector<std::string> names;
+  for (const auto& g : c.gpus()) names.push_back(g.name());
+  return absl::StrCat(c.gpus_size(), " (", absl::StrJoin(names, ","), ")");
+}
+
+}  // namespace
+
+std::string NodesTable(const v1::ListNodesResponse& resp, absl::Time now) {
+  std::vector<std::vector<std::string>> rows = {{"NODE_ID", "ROLE", "STATE", "CONTROL",
+                                                 "METRICS", "CORES", "MEMORY", "GPUS",
+                                                 "HEARTBEAT_AGE", "INCARNATION"}};
+  for (const auto& n : resp.nodes()) {
+    rows.push_back({n.node_id(), RoleName(n.role()), StateName(n.state()), n.control_address(),
+                    n.metrics_address().empty() ? "-" : n.metrics_address(),
+                    absl::StrCat(n.capabilities().cpu_cores()),
+                    Bytes(n.capabilities().memory_bytes()), GpuSummary(n.capabilities()),
+                    n.role() == v1::ROLE_SCHEDULER ? "-" : Age(n.last_heartbeat_unix_ms(), now),
+                    absl::StrCat(n.incarnation())});
+  }
+  int alive = 0;
+  for (const auto& n : resp.nodes()) alive += n.state() == v1::NODE_STATE_ALIVE;
+  return Table(rows) + absl::StrCat(alive, " alive of ", resp.nodes_size(),
+                                    " listed; membership version ", resp.membership_version(),
+                                    "\n");
+}
+
+std::string NodesJson(const v1::ListNodesResponse& resp, absl::Time now) {
+  JsonWriter w;
+  w.BeginObject()
+      .Key("membership_version")
+      .Uint(resp.membership_version())
+      .Key("heartbeat_interval_ms")
+      .Uint(resp.heartbeat_interval_ms())
+      .Key("nodes")
+      .BeginArray();
+  for (const auto& n : resp.nodes()) {
+    w.BeginObject()
+        .Key("node_id")
+        .String(n.node_id())
+        .Key("role")
+        .String(RoleName(n.role()))
+        .Key("state")
+        .String(StateName(n.state()))
+        .Key("control_address")
+        .String(n.control_address())
+        .Key("data_address")
+        .String(n.data_address())
+        .Key("metrics_address")
+        .String(n.metrics_address())
+        .Key("version")
+        .String(n.version())
+        .Key("incarnation")
+        .Uint(n.incarnation())
+        .Key("registered_unix_ms")
+        .Int(n.registered_unix_ms())
+        .Key("last_heartbeat_unix_ms")
+        .Int(n.last_heartbeat_unix_ms())
+        .Key("state_changed_unix_ms")
+        .Int(n.state_changed_unix_ms())
+        .Key("heartbeat_age_ms")
+        .Int(absl::ToInt64Milliseconds(now - absl::FromUnixMillis(n.last_heartbeat_unix_ms())))
+        .Key("capabilities");
+    CapabilitiesJson(n.capabilities(), w);
+    w.EndObject();
+  }
+  w.EndArray().EndObject();
+  return w.str() + "\n";
+}
+
+std::string StatusTable(const v1::GetStatusResponse& r, absl::Time now) {
+  std::vector<std::vector<std::string>> rows = {
+      {"node_id", r.node_id()},
+      {"role", RoleName(r.role())},
+      {"version", r.version()},
+      {"state", ServingName(r.serving_state())},
+      {"uptime", Age(r.start_unix_ms(), now)},
+      {"control", r.control_address()},
+      {"metrics", r.metrics_address()},
+      {"host", r.capabilities().hostname()},
+      {"cpu_cores", absl::StrCat(r.capabilities().cpu_cores())},
+      {"memory", Bytes(r.capabilities().memory_bytes())},
+      {"gpus", GpuSummary(r.capabilities())},
+  };
+  if (r.role() == v1::ROLE_SCHEDULER) {
+    std::vector<std::string> parts;
+    for (const char* role : {"scheduler", "server", "worker"}) {
+      auto it = r.alive_nodes_by_role().find(role);
+      parts.push_back(absl::StrCat(role, "=", it == r.alive_nodes_by_role().end() ? 0 : it->second));
+    }
+    rows.push_back({"alive_nodes", absl::StrJoin(parts, " ")});
+    rows.push_back({"dead_nodes", absl::StrCat(r.dead_nodes())});
+  } else {
+    rows.push_back({"scheduler", absl::StrCat(r.scheduler_address(),
+                                              r.scheduler_connected() ? " (connected)"
+                                                                      : " (not connected)")});
+    rows.push_back({"incarnation", absl::StrCat(r.incarnation())});
+  }
+  rows.push_back({"membership_version", absl::StrCat(r.membership_version())});
+  return Table(rows);
+}
+
+std::string StatusJson(const v1::GetStatusResponse& r, absl::Time now) {
+  JsonWriter w;
+  w.BeginObject()
+      .Key("node_id")
+      .String(r.node_id())
+      .Key("role")
+      .String(RoleName(r.role()))
+      .Key("version")
+      .String(r.version())
+      .Key("serving_state")
+      .String(ServingName(r.serving_state()))
+      .Key("start_unix_ms")
+      .Int(r.start_unix_ms())
+      .Key("uptime_seconds")
+      .Double(absl::ToDoubleSeconds(now - absl::FromUnixMillis(r.start_unix_ms())))
+      .Key("control_address")
+      .String(r.control_address())
+      .Key("metrics_address")
+      .String(r.metrics_address())
+      .Key("scheduler_address")
+      .String(r.scheduler_address())
+      .Key("scheduler_connected")
+      .Bool(r.scheduler_connected())
+      .Key("incarnation")
+      .Uint(r.incarnation())
+      .Key("membership_version")
+      .Uint(r.membership_version())
+      .Key("alive_nodes_by_role")
+      .BeginObject();
+  for (const char* role : {"scheduler", "server", "worker"}) {
+    auto it = r.alive_nodes_by_role().find(role);
+    w.Key(role).Uint(it == r.alive_nodes_by_role().end() ? 0 : it->second);
+  }
+  w.EndObject().Key("dead_nodes").Uint(r.dead_nodes()).Key("capabilities");
+  CapabilitiesJson(r.capabilities(), w);
+  w.EndObject();
+  return w.str() + "\n";
+}
+
+std::string ConfigTable(const v1::GetConfigResponse& r) {
+  std::vector<std::vector<std::string>> rows = {{"KEY", "VALUE", "SOURCE"}};
+  for (const auto& e : r.entries()) rows.push_back({e.key(), e.value(), e.source()});
+  return absl::StrCat("config file: ", r.config_file().empty() ? "(none)" : r.config_file(),
+                      "\n", Table(rows));
+}
+
+std::string ConfigJson(const v1::GetConfigResponse& r) {
+  JsonWriter w;
+  w.BeginObject().Key("config_file").String(r.config_file()).Key("entries").BeginArray();
+  for (const auto& e : r.entries()) {
+    w.BeginObject()
+        .Key("key")
+        .String(e.key())
+        .Key("value")
+        .String(e.value())
+        .Key("source")
+        .String(e.source())
+        .EndObject();
+  }
+  w.EndArray().EndObject();
+  return w.str() + "\n";
+}
+
+namespace {
+
+int RpcFailure(const grpc::Status& s, const std::string& endpoint, std::ostream& err) {
+  bool unavailable = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                     s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+  err << "psctl: " << (unavailable ? "endpoint unavailable: " : "error from ") << endpoint
+      << ": " << s.error_message() << "\n";
+  return unavailable ? kUnavailable : kError;
+}
+
+}  // namespace
+
+int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  std::string endpoint = "127.0.0.1:7070";
+  if (const char* env = std::getenv("HETPS_ENDPOINT"); env != nullptr && *env) endpoint = env;
+  std::string output = "table";
+  int64_t timeout_ms = 3000;
+  bool all = false;
+  std::vector<std::string> positional;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](const std::string& name, std::string* v) -> bool {
+      if (a.rfind(name + "=", 0) == 0) {
+        *v = a.substr(name.size() + 1);
+        return true;
+      }
+      if (a == name) {
+        if (i + 1 >= args.size()) return false;
+        *v = args[++i];
+        return true;
+      }
+      return false;
+    };
+    std::string v;
+    if (a == "--endpoint" || a.rfind("--endpoint=", 0) == 0) {
+      if (!value("--endpoint", &endpoint)) {
+        err << "psctl: --endpoint needs HOST:PORT\n";
+        return kUsage;
+      }
+    } else if (a == "-o" || a == "--output" || a.rfind("--output=", 0) == 0 ||
+               a.rfind("-o=", 0) == 0) {
+      if (!value(a.rfind("-o", 0) == 0 ? "-o" : "--output", &output)) {
+        err << "psctl: -o needs table or json\n";
+        return kUsage;
+      }
+    } else if (a == "--timeout_ms" || a.rfind("--timeout_ms=", 0) == 0) {
+      if (!value("--timeout_ms", &v) || !absl::SimpleAtoi(v, &timeout_ms) || timeout_ms <= 0) {
+        err << "psctl: --timeout_ms needs a positive integer\n";
+        return kUsage;
+      }
+    } else if (a == "--all") {
+      all = true;
+    } else if (a == "-h" || a == "--help") {
+      positional.insert(positional.begin(), "help");
+    } else if (!a.empty() && a[0] == '-') {
+      err << "psctl: unknown flag " << a << "\n" << kUsageText;
+      return kUsage;
+    } else {
+      positional.push_back(a);
+    }
+  }
+  if (positional.empty()) {
+    err << kUsageText;
+    return kUsage;
+  }
+  if (positional.size() > 1) {
+    err << "psctl: unexpected argument '" << positional[1] << "'\n";
+    return kUsage;
+  }
+  const std::string& cmd = positional[0];
+  if (cmd == "help") {
+    out << kUsageText;
+    return kOk;
+  }
+  if (output != "table" && output != "json") {
+    err << "psctl: -o must be table or json, not '" << output << "'\n";
+    return kUsage;
+  }
+  if (absl::StatusOr<HostPort> hp = ParseHostPort(endpoint); !hp.ok()) {
+    err << "psctl: bad --endpoint: " << hp.status().message() << "\n";
+    return kUsage;
+  }
+  bool json = output == "json";
+  auto channel = MakeChannel(endpoint);
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, absl::Milliseconds(timeout_ms));
+  // Fail fast when nothing listens, instead of waiting out the deadline.
+  ctx.set_wait_for_ready(false);
+  if (cmd == "nodes") {
+    auto stub = v1::Scheduler::NewStub(channel);
+    v1::ListNodesRequest req;
+    req.set_include_departed(all);
+    v1::ListNodesResponse resp;
+    grpc::Status s = stub->ListNodes(&ctx, req, &resp);
+    if (!s.ok()) return RpcFailure(s, endpoint, err);
+    out << (json ? NodesJson(resp, absl::Now()) : NodesTable(resp, absl::Now()));
+    return kOk;
+  }
+  auto admin = v1::Admin::NewStub(channel);
+  if (cmd == "status") {
+    v1::GetStatusResponse resp;
+    grpc::Status s = admin->GetStatus(&ctx, v1::GetStatusRequest(), &resp);
+    if (!s.ok()) return RpcFailure(s, endpoint, err);
+    out << (json ? StatusJson(resp, absl::Now()) : StatusTable(resp, absl::Now()));
+    return kOk;
+  }
+  if (cmd == "config") {
+    v1::GetConfigResponse resp;
+    grpc::Status s = admin->GetConfig(&ctx, v1::GetConfigRequest(), &resp);
+    if (!s.ok()) return RpcFailure(s, endpoint, err);
+    out << (json ? ConfigJson(resp) : ConfigTable(resp));
+    return kOk;
+  }
+  if (cmd == "drain") {
+    v1::DrainResponse resp;
+    grpc::Status s = admin->Drain(&ctx, v1::DrainRequest(), &resp);
+    if (!s.ok()) return RpcFailure(s, endpoint, err);
+    out << (json ? std::string("{\"accepted\":") + (resp.accepted() ? "true" : "false") + "}\n"
+                 : std::string("drain ") + (resp.accepted() ? "accepted" : "refused") + "\n");
+    return kOk;
+  }
+  err << "psctl: unknown command '" << cmd << "'\n" << kUsageText;
+  return kUsage;
+}
+
+}  // namespace psctl
+}  // namespace hetps

@@ -1,0 +1,357 @@
+#include "daemons/schedd/schedd.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/net_address.h"
+#include "lib/base/status_macros.h"
+#include "lib/base/version.h"
+#include "lib/rpc/grpc_util.h"
+#include "lib/rpc/membership_proto.h"
+#include "proto/hetps/v1/scheduler.grpc.pb.h"
+
+namespace hetps {
+
+void DeclareScheddConfig(ConfigSchema* schema, ScheddConfig* c) {
+  DeclareCommonConfig(schema, &c->common);
+  schema->Int("heartbeat_interval_ms", &c->heartbeat_interval_ms,
+              "Interval nodes heartbeat at (schedd tells them at registration).", 10, 60000);
+  schema->Int("dead_after_missed_heartbeats", &c->dead_after_missed_heartbeats,
+              "A node silent for this many intervals is marked dead.", 1, 1000);
+  schema->Int("watch_queue_max", &c->watch_queue_max,
+              "Events buffered per membership watcher before it is closed as too slow.", 1,
+              1 << 20);
+  schema->Int("nodes_max", &c->nodes_max, "Bound on the membership table.", 1, 1 << 20);
+}
+
+// Prometheus metrics of schedd. Families live in the runtime's registry.
+class Schedd::Metrics {
+ public:
+  explicit Metrics(prometheus::Registry& r)
+      : rpcs_(prometheus::BuildCounter()
+                  .Name("schedd_rpc_requests_total")
+                  .Help("Scheduler RPCs handled, by method and gRPC status code.")
+                  .Register(r)),
+        nodes_(prometheus::BuildGauge()
+                   .Name("schedd_nodes")
+                   .Help("Known nodes by role and membership state.")
+                   .Register(r)),
+        deaths_(prometheus::BuildCounter()
+                    .Name("schedd_node_deaths_total")
+                    .Help("Nodes declared dead after missing heartbeats.")
+                    .Register(r)
+                    .Add({})),
+        version_(prometheus::BuildGauge()
+                     .Name("schedd_membership_version")
+                     .Help("Membership version; bumps on every join, death or leave.")
+                     .Register(r)
+                     .Add({})),
+        watchers_(prometheus::BuildGauge()
+                      .Name("schedd_watchers")
+                      .Help("Open WatchMembership streams.")
+                      .Register(r)
+                      .Add({})),
+        watch_overflows_(prometheus::BuildCounter()
+                             .Name("schedd_watch_overflows_total")
+                             .Help("Watch streams closed because the watcher fell behind.")
+                             .Register(r)
+                             .Add({})) {}
+
+  void Rpc(const char* method, grpc::StatusCode code) {
+    rpcs_.Add({{"method", method}, {"code", CodeName(code)}}).Increment();
+  }
+
+  void Refresh(const Membership& m) {
+    std::map<std::pair<std::string, std::string>, int> counts;
+    for (NodeRole role : {NodeRole::kScheduler, NodeRole::kServer, NodeRole::kWorker}) {
+      for (NodeState state : {NodeState::kAlive, NodeState::kDead, NodeState::kLeft}) {
+        counts[{NodeRoleName(role), NodeStateName(state)}] = 0;
+      }
+    }
+    for (const NodeRecord& n : m.List(true)) {
+      ++counts[{NodeRoleName(n.role), NodeStateName(n.state)}];
+    }
+    for (const auto& [key, n] : counts) {
+      nodes_.Add({{"role", key.first}, {"state", key.second}}).Set(n);
+    }
+    version_.Set(static_cast<double>(m.version()));
+  }
+
+  prometheus::Counter& deaths() { return deaths_; }
+  prometheus::Gauge& watchers() { return watchers_; }
+  prometheus::Counter& watch_overflows() { return watch_overflows_; }
+
+ private:
+  static const char* CodeName(grpc::StatusCode code) {
+    switch (code) {
+      case grpc::StatusCode::OK:
+        return "OK";
+      case grpc::StatusCode::INVALID_ARGUMENT:
+        return "INVALID_ARGUMENT";
+      case grpc::StatusCode::NOT_FOUND:
+        return "NOT_FOUND";
+      case grpc::StatusCode::RESOURCE_EXHAUSTED:
+        return "RESOURCE_EXHAUSTED";
+      case grpc::StatusCode::UNIMPLEMENTED:
+        return "UNIMPLEMENTED";
+      case grpc::StatusCode::CANCELLED:
+        return "CANCELLED";
+      case grpc::StatusCode::UNAVAILABLE:
+        return "UNAVAILABLE";
+      default:
+        return "OTHER";
+    }
+  }
+
+  prometheus::Family<prometheus::Counter>& rpcs_;
+  prometheus::Family<prometheus::Gauge>& nodes_;
+  prometheus::Counter& deaths_;
+  prometheus::Gauge& version_;
+  prometheus::Gauge& watchers_;
+  prometheus::Counter& watch_overflows_;
+};
+
+class Schedd::Service final : public v1::Scheduler::Service {
+ public:
+  Service(Schedd* schedd) : s_(schedd), log_(schedd->runtime_->logger().WithComponent("rpc")) {}
+
+  // Set on shutdown so open watch streams end promptly.
+  void Stop() { stopping_.store(true); }
+
+  grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
+                        v1::RegisterResponse* resp) override {
+    grpc::Status st = DoRegister(ctx, req, resp);
+    s_->metrics_->Rpc("Register", st.error_code());
+    if (!st.ok()) {
+      log_.Warn("register rejected", {{"peer", ctx->peer()},
+                                      {"node_id", req->node_id()},
+                                      {"error", st.error_message()}});
+    }
+    return st;
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse* resp) override {
+    absl::Status s = s_->membership_->Heartbeat(req->node_id(), req->incarnation());
+    grpc::Status st = ToGrpcStatus(s);
+    s_->metrics_->Rpc("Heartbeat", st.error_code());
+    if (s.ok()) resp->set_membership_version(s_->membership_->version());
+    return st;
+  }
+
+  grpc::Status Deregister(grpc::ServerContext*, const v1::DeregisterRequest* req,
+                          v1::DeregisterResponse*) override {
+    grpc::Status st = ToGrpcStatus(s_->membership_->Deregister(req->node_id(), req->incarnation()));
+    s_->metrics_->Rpc("Deregister", st.error_code());
+    return st;
+  }
+
+  grpc::Status ListNodes(grpc::ServerContext*, const v1::ListNodesRequest* req,
+                         v1::ListNodesResponse* resp) override {
+    for (const NodeRecord& n : s_->membership_->List(req->include_departed())) {
+      NodeToProto(n, resp->add_nodes());
+    }
+    resp->set_membership_version(s_->membership_->version());
+    resp->set_heartbeat_interval_ms(static_cast<uint32_t>(s_->config_.heartbeat_interval_ms));
+    s_->metrics_->Rpc("ListNodes", grpc::StatusCode::OK);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status WatchMembership(grpc::ServerContext* ctx, const v1::WatchMembershipRequest*,
+                               grpc::ServerWriter<v1::MembershipEvent>* writer) override {
+    MembershipEvent snap;
+    snap.kind = MembershipEventKind::kSnapshot;
+    auto sub = s_->membership_->Watch(&snap.snapshot, &snap.version);
+    s_->metrics_->watchers().Increment();
+    grpc::Status result = Stream(ctx, writer, snap, sub.get());
+    s_->membership_->Unwatch(sub);
+    s_->metrics_->watchers().Decrement();
+    s_->metrics_->Rpc("WatchMembership", result.error_code());
+    return result;
+  }
+
+  grpc::Status ReportLinks(grpc::ServerContext*, const v1::ReportLinksRequest*,
+                           v1::ReportLinksResponse*) override {
+    s_->metrics_->Rpc("ReportLinks", grpc::StatusCode::UNIMPLEMENTED);
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "ReportLinks is not implemented in this schedd version yet");
+  }
+
+  grpc::Status GetPolicy(grpc::ServerContext*, const v1::GetPolicyRequest*,
+                         v1::GetPolicyResponse*) override {
+    s_->metrics_->Rpc("GetPolicy", grpc::StatusCode::UNIMPLEMENTED);
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "GetPolicy is not implemented in this schedd version yet");
+  }
+
+ private:
+  grpc::Status DoRegister(grpc::ServerContext*, const v1::RegisterRequest* req,
+                          v1::RegisterResponse* resp) {
+    NodeRole role = RoleFromProto(req->role());
+    if (role == NodeRole::kScheduler) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "a scheduler cannot register with another scheduler");
+    }
+    if (req->control_address().empty()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "control_address is empty");
+    }
+    for (const std::string* a :
+         {&req->control_address(), &req->data_address(), &req->metrics_address()}) {
+      if (a->empty()) continue;
+      absl::StatusOr<HostPort> hp = ParseHostPort(*a);
+      if (!hp.ok()) return ToGrpcStatus(hp.status());
+    }
+    if (req->version().size() > 64) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "version is longer than 64 bytes");
+    }
+    NodeRecord n;
+    n.node_id = req->node_id();
+    n.role = role;
+    n.control_address = req->control_address();
+    n.data_address = req->data_address();
+    n.metrics_address = req->metrics_address();
+    n.version = req->version();
+    n.capabilities = CapabilitiesFromProto(req->capabilities());
+    absl::StatusOr<uint64_t> inc = s_->membership_->Register(std::move(n));
+    if (!inc.ok()) return ToGrpcStatus(inc.status());
+    resp->set_incarnation(*inc);
+    resp->set_heartbeat_interval_ms(static_cast<uint32_t>(s_->config_.heartbeat_interval_ms));
+    resp->set_membership_version(s_->membership_->version());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Stream(grpc::ServerContext* ctx, grpc::ServerWriter<v1::MembershipEvent>* writer,
+                      const MembershipEvent& snap, MembershipSubscription* sub) {
+    v1::MembershipEvent out;
+    EventToProto(snap, &out);
+    if (!writer->Write(out)) return grpc::Status(grpc::StatusCode::CANCELLED, "watcher gone");
+    while (!ctx->IsCancelled() && !stopping_.load()) {
+      MembershipEvent e;
+      switch (sub->Next(absl::Milliseconds(100), &e)) {
+        case MembershipSubscription::Result::kEvent:
+          out.Clear();
+          EventToProto(e, &out);
+          if (!writer->Write(out)) {
+            return grpc::Status(grpc::StatusCode::CANCELLED, "watcher gone");
+          }
+          break;
+        case MembershipSubscription::Result::kTimeout:
+          break;
+        case MembershipSubscription::Result::kClosed:
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE, "schedd is shutting down");
+        case MembershipSubscription::Result::kOverflowed:
+          s_->metrics_->watch_overflows().Increment();
+          return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                              "watcher fell behind; watch again for a fresh snapshot");
+      }
+    }
+    return stopping_.load() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "schedd is shutting down")
+                            : grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled");
+  }
+
+  Schedd* const s_;
+  const Logger log_;
+  std::atomic<bool> stopping_{false};
+};
+
+Schedd::Schedd(const ScheddConfig& config, const Clock* clock) : config_(config), clock_(clock) {}
+
+Schedd::~Schedd() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<Schedd>> Schedd::Create(const ScheddConfig& config,
+                                                       const DaemonEnv& env, const Clock* clock) {
+  std::unique_ptr<Schedd> s(new Schedd(config, clock));
+  ASSIGN_OR_RETURN(s->runtime_,
+                   NodeRuntime::Create("schedd", NodeRole::kScheduler, config.common, env));
+  Membership::Options opts;
+  opts.heartbeat_interval = absl::Milliseconds(config.heartbeat_interval_ms);
+  opts.dead_after_missed = static_cast<int>(config.dead_after_missed_heartbeats);
+  opts.watch_queue_max = static_cast<size_t>(config.watch_queue_max);
+  opts.nodes_max = static_cast<size_t>(config.nodes_max);
+  s->membership_ = std::make_unique<Membership>(opts, clock);
+  s->metrics_ = std::make_unique<Metrics>(s->runtime_->registry());
+  return s;
+}
+
+absl::Status Schedd::Start() {
+  service_ = std::make_unique<Service>(this);
+  RETURN_IF_ERROR(runtime_->StartControl({service_.get()}, [this](v1::GetStatusResponse* r) {
+    uint32_t dead = 0;
+    auto& by_role = *r->mutable_alive_nodes_by_role();
+    for (const NodeRecord& n : membership_->List(true)) {
+      if (n.state == NodeState::kAlive) {
+        ++by_role[NodeRoleName(n.role)];
+      } else if (n.state == NodeState::kDead) {
+        ++dead;
+      }
+    }
+    r->set_dead_nodes(dead);
+    r->set_membership_version(membership_->version());
+  }));
+  // schedd lists itself, so `psctl nodes` shows the whole cluster.
+  NodeRecord self;
+  self.node_id = runtime_->node_id();
+  self.role = NodeRole::kScheduler;
+  self.control_address = runtime_->control_address();
+  self.metrics_address = runtime_->metrics_address();
+  self.version = kVersion;
+  self.capabilities = runtime_->capabilities();
+  self.expires = false;
+  RETURN_IF_ERROR(membership_->Register(self).status());
+  metrics_->Refresh(*membership_);
+  reaper_ = std::thread([this] { ReaperLoop(); });
+  return runtime_->MarkServing();
+}
+
+void Schedd::ReaperLoop() {
+  const Logger log = runtime_->logger().WithComponent("membership");
+  const absl::Duration tick = std::clamp(
+      absl::Milliseconds(config_.heartbeat_interval_ms) / 10, absl::Milliseconds(5),
+      absl::Milliseconds(100));
+  std::vector<NodeRecord> unused;
+  uint64_t version;
+  auto sub = membership_->Watch(&unused, &version);
+  while (!stop_.WaitForNotificationWithTimeout(tick)) {
+    int died = membership_->Expire();
+    if (died > 0) metrics_->deaths().Increment(died);
+    bool changed = false;
+    MembershipEvent e;
+    MembershipSubscription::Result r;
+    while ((r = sub->Next(absl::ZeroDuration(), &e)) == MembershipSubscription::Result::kEvent) {
+      changed = true;
+      const NodeRecord& n = e.node;
+      const char* what = e.kind == MembershipEventKind::kJoined ? "node joined"
+                         : e.kind == MembershipEventKind::kDied ? "node died"
+                                                                : "node left";
+      LogLevel level = e.kind == MembershipEventKind::kDied ? LogLevel::kWarn : LogLevel::kInfo;
+      log.Log(level, what, {{"node_id", n.node_id},
+                      {"role", NodeRoleName(n.role)},
+                      {"incarnation", static_cast<unsigned long long>(n.incarnation)},
+                      {"control", n.control_address},
+                      {"membership_version", static_cast<unsigned long long>(e.version)}});
+    }
+    if (r == MembershipSubscription::Result::kOverflowed) {
+      log.Warn("membership log fell behind; resubscribing");
+      sub = membership_->Watch(&unused, &version);
+      changed = true;
+    }
+    if (changed) metrics_->Refresh(*membership_);
+  }
+  membership_->Unwatch(sub);
+}
+
+void Schedd::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (reaper_.joinable()) reaper_.join();
+  if (service_) service_->Stop();
+  if (membership_) membership_->CloseWatchers();
+  if (runtime_) runtime_->StopControl();
+}
+
+}  // namespace hetps

@@ -1,0 +1,125 @@
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "lib/base/clock.h"
+#include "lib/base/json_writer.h"
+#include "lib/base/log.h"
+#include "lib/base/net_address.h"
+#include "lib/base/status_macros.h"
+#include "lib/base/sysinfo.h"
+
+namespace hetps {
+namespace {
+
+TEST_CASE("ParseHostPort accepts v4, names and bracketed v6") {
+  auto a = ParseHostPort("127.0.0.1:7070");
+  REQUIRE(a.ok());
+  CHECK(a->host == "127.0.0.1");
+  CHECK(a->port == 7070);
+  auto b = ParseHostPort("[::1]:0");
+  REQUIRE(b.ok());
+  CHECK(b->host == "::1");
+  CHECK(b->ToString() == "[::1]:0");
+  auto c = ParseHostPort("localhost:65535");
+  REQUIRE(c.ok());
+  CHECK(c->port == 65535);
+}
+
+TEST_CASE("ParseHostPort rejects malformed addresses") {
+  for (const char* bad : {"", "127.0.0.1", ":80", "host:", "host:65536", "host:-1", "a:b:c",
+                          "[::1]80", "[::1]", "host:80x"}) {
+    INFO(bad);
+    CHECK_FALSE(ParseHostPort(bad).ok());
+  }
+}
+
+TEST_CASE("ProbeTcpBind reports a port in use") {
+  CHECK(ProbeTcpBind(HostPort{"127.0.0.1", 0}).ok());
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(listen(fd, 1) == 0);
+  socklen_t len = sizeof(addr);
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  uint16_t port = ntohs(addr.sin_port);
+  absl::Status s = ProbeTcpBind(HostPort{"127.0.0.1", port});
+  CHECK(s.code() == absl::StatusCode::kAlreadyExists);
+  close(fd);
+  CHECK(ProbeTcpBind(HostPort{"127.0.0.1", port}).ok());
+}
+
+TEST_CASE("JsonWriter emits valid, escaped JSON") {
+  JsonWriter w;
+  w.BeginObject()
+      .Key("a")
+      .Int(-3)
+      .Key("s")
+      .String("q\"\\\n\x01")
+      .Key("arr")
+      .BeginArray()
+      .Uint(1)
+      .Bool(true)
+      .Null()
+      .BeginObject()
+      .EndObject()
+      .EndArray()
+      .Key("d")
+      .Double(0.5)
+      .EndObject();
+  CHECK(w.str() == R"({"a":-3,"s":"q\"\\\n\u0001","arr":[1,true,null,{}],"d":0.5})");
+}
+
+TEST_CASE("Logger formats one logfmt line with node and component") {
+  std::string line = Logger::Format("T", LogLevel::kWarn, "psd-0", "agent", "register failed",
+                                    {{"error", "connection refused"}, {"attempt", 3}});
+  CHECK(line ==
+        "ts=T level=warn node=psd-0 component=agent event=\"register failed\" "
+        "error=\"connection refused\" attempt=3");
+  LogLevel level;
+  CHECK(ParseLogLevel("debug", &level));
+  CHECK(level == LogLevel::kDebug);
+  CHECK_FALSE(ParseLogLevel("verbose", &level));
+}
+
+TEST_CASE("FakeClock only moves when advanced") {
+  FakeClock clock;
+  absl::Time t0 = clock.Now();
+  CHECK(clock.Now() == t0);
+  clock.Advance(absl::Milliseconds(250));
+  CHECK(clock.Now() - t0 == absl::Milliseconds(250));
+}
+
+absl::StatusOr<int> Half(int v) {
+  if (v % 2 != 0) return absl::InvalidArgumentError("odd");
+  return v / 2;
+}
+
+absl::Status Quarter(int v, int* out) {
+  ASSIGN_OR_RETURN(int h, Half(v));
+  ASSIGN_OR_RETURN(*out, Half(h));
+  RETURN_IF_ERROR(absl::OkStatus());
+  return absl::OkStatus();
+}
+
+TEST_CASE("status macros propagate errors and values") {
+  int out = 0;
+  CHECK(Quarter(8, &out).ok());
+  CHECK(out == 2);
+  CHECK(Quarter(6, &out).code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("sysinfo reports this machine") {
+  CHECK(UsableCpuCores() >= 1);
+  CHECK(PhysicalMemoryBytes() > (64u << 20));
+  CHECK_FALSE(Hostname().empty());
+}
+
+}  // namespace
+}  // namespace hetps

@@ -1,0 +1,84 @@
+#include "lib/daemon/daemon_main.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <ctime>
+
+#include "lib/base/log.h"
+
+namespace hetps {
+
+int RunDaemon(int argc, char** argv, const DaemonSpec& spec) {
+  ConfigSchema schema(spec.name);
+  spec.declare_config(&schema);
+  absl::StatusOr<CommandLine> cl = LoadConfiguration(argc, argv, &schema);
+  if (!cl.ok()) {
+    std::fprintf(stderr, "%s: config error: %s\n", spec.name,
+                 std::string(cl.status().message()).c_str());
+    return 2;
+  }
+  if (cl->help) {
+    std::fputs(schema.Help().c_str(), stdout);
+    return 0;
+  }
+  if (spec.validate_config) {
+    absl::Status s = spec.validate_config();
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s: config error: %s\n", spec.name,
+                   std::string(s.message()).c_str());
+      return 2;
+    }
+  }
+  if (cl->print_config) {
+    std::fputs(schema.DumpYaml().c_str(), stdout);
+    return 0;
+  }
+
+  // Every thread created from here on inherits the mask; only sigtimedwait
+  // below takes these signals.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  LogLevel level = LogLevel::kInfo;
+  ParseLogLevel(spec.log_level(), &level);
+  LogSink sink(stderr, level);
+  DaemonEnv env;
+  env.log_sink = &sink;
+  env.config_entries = schema.Entries();
+  env.config_path = cl->config_path;
+
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon = spec.create(env);
+  if (!daemon.ok()) {
+    std::fprintf(stderr, "%s: %s\n", spec.name, std::string(daemon.status().message()).c_str());
+    return 2;
+  }
+  absl::Status started = (*daemon)->Start();
+  if (!started.ok()) {
+    std::fprintf(stderr, "%s: %s\n", spec.name, std::string(started.message()).c_str());
+    (*daemon)->Shutdown();
+    return 2;
+  }
+  const Logger& log = (*daemon)->runtime().logger();
+  absl::Notification& drain = (*daemon)->runtime().drain_requested();
+  timespec tick{0, 100 * 1000 * 1000};
+  while (true) {
+    int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig == SIGTERM || sig == SIGINT) {
+      log.Info("signal received, draining", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+      break;
+    }
+    if (drain.HasBeenNotified()) break;
+  }
+  (*daemon)->Shutdown();
+  log.Info("stopped");
+  daemon->reset();
+  return 0;
+}
+
+}  // namespace hetps

@@ -1,0 +1,155 @@
+#include "lib/daemon/node_runtime.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/json_writer.h"
+#include "lib/base/net_address.h"
+#include "lib/base/status_macros.h"
+#include "lib/base/version.h"
+#include "lib/daemon/capabilities.h"
+#include "lib/rpc/membership_proto.h"
+
+namespace hetps {
+
+class NodeRuntime::AdminService final : public v1::Admin::Service {
+ public:
+  explicit AdminService(NodeRuntime* rt) : rt_(rt) {}
+
+  grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+                         v1::GetStatusResponse* resp) override {
+    resp->set_node_id(rt_->node_id_);
+    resp->set_role(RoleToProto(rt_->role_));
+    resp->set_version(kVersion);
+    resp->set_serving_state(static_cast<v1::ServingState>(rt_->serving_state_.load()));
+    resp->set_start_unix_ms(absl::ToUnixMillis(rt_->start_time_));
+    resp->set_control_address(rt_->control_address_);
+    resp->set_metrics_address(rt_->metrics_address());
+    CapabilitiesToProto(rt_->capabilities_, resp->mutable_capabilities());
+    if (rt_->status_hook_) rt_->status_hook_(resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Drain(grpc::ServerContext*, const v1::DrainRequest*,
+                     v1::DrainResponse* resp) override {
+    rt_->logger_.Info("drain requested", {{"via", "admin rpc"}});
+    if (!rt_->drain_requested_.HasBeenNotified()) rt_->drain_requested_.Notify();
+    resp->set_accepted(true);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetConfig(grpc::ServerContext*, const v1::GetConfigRequest*,
+                         v1::GetConfigResponse* resp) override {
+    resp->set_config_file(rt_->env_.config_path);
+    for (const ConfigSchema::Entry& e : rt_->env_.config_entries) {
+      v1::ConfigEntry* out = resp->add_entries();
+      out->set_key(e.key);
+      out->set_value(e.value);
+      out->set_source(ConfigSourceName(e.source));
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  NodeRuntime* rt_;
+};
+
+NodeRuntime::NodeRuntime(std::string daemon_name, NodeRole role, CommonConfig config,
+                         DaemonEnv env)
+    : daemon_name_(std::move(daemon_name)),
+      role_(role),
+      config_(std::move(config)),
+      env_(std::move(env)),
+      start_time_(absl::Now()),
+      registry_(std::make_shared<prometheus::Registry>()) {}
+
+NodeRuntime::~NodeRuntime() { StopControl(); }
+
+absl::StatusOr<std::unique_ptr<NodeRuntime>> NodeRuntime::Create(const std::string& daemon_name,
+                                                                  NodeRole role,
+                                                                  const CommonConfig& config,
+                                                                  const DaemonEnv& env) {
+  std::unique_ptr<NodeRuntime> rt(new NodeRuntime(daemon_name, role, config, env));
+  rt->logger_ = Logger(env.log_sink, config.node_id, daemon_name);
+  RegisterProcessMetrics(*rt->registry_, daemon_name, kVersion);
+  ASSIGN_OR_RETURN(rt->metrics_,
+                   MetricsServer::Create(config.metrics_listen, "metrics_listen", rt->registry_));
+  rt->capabilities_ = LocalCapabilities(&rt->gpu_note_);
+  return rt;
+}
+
+absl::Status NodeRuntime::StartControl(const std::vector<grpc::Service*>& services,
+                                       StatusHook hook) {
+  status_hook_ = std::move(hook);
+  admin_ = std::make_unique<AdminService>(this);
+  std::vector<grpc::Service*> all = services;
+  all.push_back(admin_.get());
+  ASSIGN_OR_RETURN(StartedGrpcServer started, StartGrpcServer(config_.listen, "listen", all));
+  server_ = std::move(started.server);
+  ASSIGN_OR_RETURN(HostPort listen, ParseHostPort(config_.listen));
+  HostPort advertised{listen.host, static_cast<uint16_t>(started.port)};
+  if (listen.IsWildcard()) {
+    advertised.host = config_.advertise_host.empty() ? capabilities_.hostname
+                                                     : config_.advertise_host;
+  }
+  control_address_ = advertised.ToString();
+  node_id_ = config_.node_id;
+  if (node_id_.empty()) {
+    node_id_ = role_ == NodeRole::kScheduler
+                   ? "schedd"
+                   : absl::StrCat(daemon_name_, "-", capabilities_.hostname, "-", started.port);
+  }
+  logger_ = logger_.WithNodeId(node_id_);
+  return absl::OkStatus();
+}
+
+absl::Status NodeRuntime::MarkServing() {
+  serving_state_ = v1::SERVING_STATE_SERVING;
+  logger_.Info("serving", {{"control", control_address_},
+                           {"metrics", metrics_address()},
+                           {"version", kVersion},
+                           {"cpu_cores", capabilities_.cpu_cores},
+                           {"gpus", static_cast<unsigned>(capabilities_.gpus.size())}});
+  if (capabilities_.gpus.empty()) logger_.Info("no gpu", {{"reason", gpu_note_}});
+  if (config_.ready_file.empty()) return absl::OkStatus();
+  JsonWriter w;
+  w.BeginObject()
+      .Key("node_id")
+      .String(node_id_)
+      .Key("daemon")
+      .String(daemon_name_)
+      .Key("control_address")
+      .String(control_address_)
+      .Key("metrics_address")
+      .String(metrics_address())
+      .Key("pid")
+      .Int(getpid())
+      .EndObject();
+  // Write then rename, so a reader never sees a partial file.
+  std::string tmp = config_.ready_file + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << w.str() << "\n";
+    if (!out) return absl::UnavailableError(absl::StrCat("cannot write ready_file '", tmp, "'"));
+  }
+  if (std::rename(tmp.c_str(), config_.ready_file.c_str()) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot rename ready_file to '", config_.ready_file, "'"));
+  }
+  return absl::OkStatus();
+}
+
+void NodeRuntime::StopControl() {
+  serving_state_ = v1::SERVING_STATE_DRAINING;
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(config_.shutdown_grace_ms));
+    server_->Wait();
+    server_.reset();
+  }
+}
+
+}  // namespace hetps

@@ -1,0 +1,125 @@
+// Each daemon binary, given bad configuration, prints one clear line on
+// stderr naming the key or file and exits 2; good configuration follows
+// flag > file > default.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "tests/testing/process.h"
+
+namespace hetps {
+namespace testing {
+namespace {
+
+const char* const kDaemons[] = {"schedd", "psd", "workerd"};
+
+std::string Binary(const std::string& d) { return Runfile(absl::StrCat("daemons/", d, "/", d)); }
+
+std::string WriteConfig(const std::string& name, const std::string& text) {
+  std::string path = TempDir("cfg_" + name) + "/config.yaml";
+  std::ofstream(path) << text;
+  return path;
+}
+
+int Lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+void ExpectConfigError(const std::vector<std::string>& argv, const std::string& want) {
+  ProcessResult r = RunCommand(argv, absl::Seconds(20));
+  INFO("argv[0]=" << argv[0] << " stderr=" << r.stderr_text);
+  CHECK(r.exit_code == 2);
+  CHECK(Lines(r.stderr_text) == 1);
+  CHECK(r.stderr_text.find(want) != std::string::npos);
+  CHECK(r.stdout_text.empty());
+}
+
+// A listening TCP socket on 127.0.0.1; returns its port.
+int Occupy(int* fd_out) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  REQUIRE(listen(fd, 4) == 0);
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  *fd_out = fd;
+  return ntohs(a.sin_port);
+}
+
+TEST_CASE("unknown key in the config file") {
+  for (const char* d : kDaemons) {
+    std::string path = WriteConfig(d, "log_level: info\nheartbeat_intervall_ms: 5\n");
+    ExpectConfigError({Binary(d), "--config=" + path},
+                      absl::StrCat(d, ": config error: unknown key 'heartbeat_intervall_ms' in ",
+                                   path, " line 2"));
+  }
+}
+
+TEST_CASE("wrong type in the config file") {
+  for (const char* d : kDaemons) {
+    std::string path = WriteConfig(d, "shutdown_grace_ms: soon\n");
+    ExpectConfigError({Binary(d), "--config", path},
+                      "key 'shutdown_grace_ms' in " + path + " line 1: expected an integer");
+  }
+  std::string path = WriteConfig("schedd_range", "heartbeat_interval_ms: 0\n");
+  ExpectConfigError({Binary("schedd"), "--config=" + path}, "out of range");
+  path = WriteConfig("psd_addr", "scheduler: localhost\n");
+  ExpectConfigError({Binary("psd"), "--config=" + path}, "key 'scheduler'");
+}
+
+TEST_CASE("missing and unreadable config files") {
+  for (const char* d : kDaemons) {
+    ExpectConfigError({Binary(d), "--config=/nonexistent/hetps.yaml"},
+                      "cannot read config file '/nonexistent/hetps.yaml': No such file");
+  }
+  std::string dir = TempDir("cfg_dir");
+  ExpectConfigError({Binary("psd"), "--config=" + dir}, "': not a regular file");
+}
+
+TEST_CASE("bad flags") {
+  for (const char* d : kDaemons) {
+    ExpectConfigError({Binary(d), "--no_such_flag=1"}, "unknown flag --no_such_flag");
+    ExpectConfigError({Binary(d), "--log_level=loud"}, "flag --log_level");
+  }
+}
+
+TEST_CASE("port in use, control and metrics") {
+  int fd;
+  int port = Occupy(&fd);
+  for (const char* d : kDaemons) {
+    ExpectConfigError({Binary(d), absl::StrCat("--listen=127.0.0.1:", port),
+                       "--metrics_listen=127.0.0.1:0"},
+                      absl::StrCat("cannot listen on 127.0.0.1:", port,
+                                   " (listen): Address already in use"));
+    ExpectConfigError({Binary(d), "--listen=127.0.0.1:0",
+                       absl::StrCat("--metrics_listen=127.0.0.1:", port)},
+                      absl::StrCat("cannot listen on 127.0.0.1:", port,
+                                   " (metrics_listen): Address already in use"));
+  }
+  close(fd);
+}
+
+TEST_CASE("--print-config shows flag > file > default and exits 0") {
+  std::string path = WriteConfig("print", "heartbeat_interval_ms: 250\nlog_level: warn\n");
+  ProcessResult r = RunCommand({Binary("schedd"), "--config=" + path, "--log_level=debug",
+                                "--print-config"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.stdout_text.find("heartbeat_interval_ms: 250  # file") != std::string::npos);
+  CHECK(r.stdout_text.find("log_level: \"debug\"  # flag") != std::string::npos);
+  CHECK(r.stdout_text.find("dead_after_missed_heartbeats: 3  # default") != std::string::npos);
+  ProcessResult help = RunCommand({Binary("workerd"), "--help"});
+  CHECK(help.exit_code == 0);
+  CHECK(help.stdout_text.find("--scheduler") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace hetps

@@ -1,0 +1,74 @@
+#include "tests/testing/cluster.h"
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "lib/rpc/grpc_util.h"
+
+namespace hetps {
+namespace testing {
+
+LocalCluster::LocalCluster(std::string name, int heartbeat_interval_ms)
+    : dir_(TempDir(name)), heartbeat_interval_ms_(heartbeat_interval_ms) {}
+
+absl::Status LocalCluster::Launch(const std::string& daemon, const std::string& node_id,
+                                  std::vector<std::string> extra) {
+  std::string ready = absl::StrCat(dir_, "/", node_id, ".ready");
+  unlink(ready.c_str());
+  std::vector<std::string> argv = {Runfile(absl::StrCat("daemons/", daemon, "/", daemon)),
+                                   "--node_id=" + node_id,
+                                   "--listen=127.0.0.1:0",
+                                   "--metrics_listen=127.0.0.1:0",
+                                   "--ready_file=" + ready,
+                                   "--log_level=debug"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  absl::StatusOr<Process> p = Process::Start(argv, dir_, node_id);
+  if (!p.ok()) return p.status();
+  DaemonHandle& h = nodes_[node_id];
+  h.process = std::move(*p);
+  if (!WaitFor([&] { return access(ready.c_str(), R_OK) == 0 || !h.process.running() ||
+                            h.process.Wait(absl::ZeroDuration()) >= 0; },
+               absl::Seconds(20)) ||
+      access(ready.c_str(), R_OK) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat(node_id, " did not become ready; stderr:\n", h.process.Stderr()));
+  }
+  std::string json = ReadFile(ready);
+  h.control_address = JsonField(json, "control_address");
+  h.metrics_address = JsonField(json, "metrics_address");
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::StartSchedd() {
+  absl::Status s =
+      Launch("schedd", "schedd",
+             {absl::StrCat("--heartbeat_interval_ms=", heartbeat_interval_ms_)});
+  if (s.ok()) schedd_address_ = nodes_["schedd"].control_address;
+  return s;
+}
+
+absl::Status LocalCluster::StartNode(const std::string& daemon, const std::string& node_id) {
+  return Launch(daemon, node_id, {"--scheduler=" + schedd_address_, "--rpc_timeout_ms=1000"});
+}
+
+void LocalCluster::Kill(const std::string& node_id, int sig) { nodes_.at(node_id).process.Signal(sig); }
+
+int LocalCluster::WaitExit(const std::string& node_id, absl::Duration timeout) {
+  return nodes_.at(node_id).process.Wait(timeout);
+}
+
+std::unique_ptr<v1::Scheduler::Stub> LocalCluster::SchedulerStub() const {
+  return v1::Scheduler::NewStub(MakeChannel(schedd_address_));
+}
+
+int LocalCluster::AliveCount() const {
+  auto stub = SchedulerStub();
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, absl::Seconds(2));
+  v1::ListNodesResponse resp;
+  if (!stub->ListNodes(&ctx, v1::ListNodesRequest(), &resp).ok()) return -1;
+  return resp.nodes_size();
+}
+
+}  // namespace testing
+}  // namespace hetps

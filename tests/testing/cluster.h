@@ -1,0 +1,59 @@
+// LocalCluster: the real schedd/psd/workerd binaries on 127.0.0.1 with
+// ephemeral ports, for cross-component tests. Each daemon writes a ready
+// file; the cluster reads addresses from there. The destructor SIGKILLs
+// whatever still runs. Not thread-safe.
+#ifndef HETPS_TESTS_TESTING_CLUSTER_H_
+#define HETPS_TESTS_TESTING_CLUSTER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "proto/hetps/v1/admin.grpc.pb.h"
+#include "proto/hetps/v1/scheduler.grpc.pb.h"
+#include "tests/testing/process.h"
+
+namespace hetps {
+namespace testing {
+
+struct DaemonHandle {
+  Process process;
+  std::string control_address;
+  std::string metrics_address;
+};
+
+class LocalCluster {
+ public:
+  explicit LocalCluster(std::string name, int heartbeat_interval_ms = 300);
+
+  absl::Status StartSchedd();
+  // daemon is "psd" or "workerd"; node_id is also the handle's key.
+  absl::Status StartNode(const std::string& daemon, const std::string& node_id);
+  void Kill(const std::string& node_id, int sig);
+  // Waits for the node's process to exit; returns its exit code.
+  int WaitExit(const std::string& node_id, absl::Duration timeout);
+
+  DaemonHandle& node(const std::string& node_id) { return nodes_.at(node_id); }
+  const std::string& schedd_address() const { return schedd_address_; }
+  const std::string& dir() const { return dir_; }
+  int heartbeat_interval_ms() const { return heartbeat_interval_ms_; }
+  std::unique_ptr<v1::Scheduler::Stub> SchedulerStub() const;
+  // Live nodes according to schedd (ListNodes), or -1 on RPC failure.
+  int AliveCount() const;
+
+ private:
+  absl::Status Launch(const std::string& daemon, const std::string& node_id,
+                      std::vector<std::string> extra);
+
+  std::string dir_;
+  int heartbeat_interval_ms_;
+  std::string schedd_address_;
+  std::map<std::string, DaemonHandle> nodes_;
+};
+
+}  // namespace testing
+}  // namespace hetps
+
+#endif  // HETPS_TESTS_TESTING_CLUSTER_H_
