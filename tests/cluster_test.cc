@@ -1,15 +1,17 @@
 // Real binaries on 127.0.0.1 with ephemeral ports: a 5-node cluster
 // (1 schedd, 2 psd, 2 workerd), failure detection, restart, drain.
+#include "tests/testing/cluster.h"
+
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 #include <signal.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 
 #include "lib/rpc/grpc_util.h"
-#include "tests/testing/cluster.h"
 
 namespace hetps {
 namespace testing {
@@ -116,13 +118,13 @@ TEST_CASE("psctl nodes -o json lists 5 live nodes with roles and capabilities") 
   CHECK(status.stdout_text.find("\"worker\":2") != std::string::npos);
 
   // A node's own Admin endpoint answers too.
-  ProcessResult node_status = RunCommand({Runfile("clients/psctl/psctl"),
-                                          "--endpoint=" + c.node("psd-0").control_address,
-                                          "status", "-o", "json"});
+  ProcessResult node_status =
+      RunCommand({Runfile("clients/psctl/psctl"), "--endpoint=" + c.node("psd-0").control_address,
+                  "status", "-o", "json"});
   CHECK(node_status.exit_code == 0);
   CHECK(node_status.stdout_text.find("\"scheduler_connected\":true") != std::string::npos);
-  ProcessResult cfg = RunCommand({Runfile("clients/psctl/psctl"),
-                                  "--endpoint=" + c.node("psd-0").control_address, "config"});
+  ProcessResult cfg = RunCommand(
+      {Runfile("clients/psctl/psctl"), "--endpoint=" + c.node("psd-0").control_address, "config"});
   CHECK(cfg.exit_code == 0);
   CHECK(cfg.stdout_text.find("node_id") != std::string::npos);
   CHECK(cfg.stdout_text.find("flag") != std::string::npos);
@@ -142,10 +144,13 @@ TEST_CASE("SIGKILLed workerd is dead within 3 heartbeat intervals; restart bring
   absl::Duration detect = died - killed;
   absl::Duration interval = absl::Milliseconds(c.heartbeat_interval_ms());
   INFO("detected after " << absl::FormatDuration(detect));
+  // Recorded in the test log for the acceptance note.
+  std::printf("death detection: %.0f ms after SIGKILL (heartbeat interval %d ms)\n",
+              absl::ToDoubleMilliseconds(detect), c.heartbeat_interval_ms());
   // Declared dead 3 intervals after its last heartbeat, which came at most one
-  // interval before the kill; the reaper ticks every interval/10 and the
+  // interval before the kill; the reaper ticks every interval/50 and the
   // event still has to cross gRPC, hence the small allowance.
-  CHECK(detect <= 3 * interval + interval / 10 + absl::Milliseconds(150));
+  CHECK(detect <= 3 * interval + interval / 50 + absl::Milliseconds(100));
   CHECK(detect >= 2 * interval - absl::Milliseconds(50));
   CHECK(c.AliveCount() == 4);
 
@@ -210,10 +215,10 @@ TEST_CASE("nodes re-register after schedd restarts") {
   c.WaitExit("schedd", absl::Seconds(5));
   // Restart on the same port so the nodes' configured address stays valid.
   std::string port = addr.substr(addr.rfind(':') + 1);
-  absl::StatusOr<Process> p = Process::Start(
-      {Runfile("daemons/schedd/schedd"), "--listen=" + addr, "--metrics_listen=127.0.0.1:0",
-       "--heartbeat_interval_ms=300"},
-      c.dir(), "schedd2");
+  absl::StatusOr<Process> p =
+      Process::Start({Runfile("daemons/schedd/schedd"), "--listen=" + addr,
+                      "--metrics_listen=127.0.0.1:0", "--heartbeat_interval_ms=300"},
+                     c.dir(), "schedd2");
   REQUIRE(p.ok());
   CHECK(WaitFor([&] { return c.AliveCount() == 5; }, absl::Seconds(20)));
 }
@@ -264,8 +269,9 @@ TEST_CASE("bad Register requests are rejected and counted") {
   CHECK(reg(r) == grpc::StatusCode::INVALID_ARGUMENT);
   absl::StatusOr<std::string> metrics = HttpGet(c.node("schedd").metrics_address, "/metrics");
   REQUIRE(metrics.ok());
-  CHECK(metrics->find("schedd_rpc_requests_total{code=\"INVALID_ARGUMENT\",method=\"Register\"} 4") !=
-        std::string::npos);
+  CHECK(
+      metrics->find("schedd_rpc_requests_total{code=\"INVALID_ARGUMENT\",method=\"Register\"} 4") !=
+      std::string::npos);
 }
 
 }  // namespace

@@ -95,22 +95,21 @@ TEST_CASE("port in use, control and metrics") {
   int fd;
   int port = Occupy(&fd);
   for (const char* d : kDaemons) {
-    ExpectConfigError({Binary(d), absl::StrCat("--listen=127.0.0.1:", port),
-                       "--metrics_listen=127.0.0.1:0"},
-                      absl::StrCat("cannot listen on 127.0.0.1:", port,
-                                   " (listen): Address already in use"));
-    ExpectConfigError({Binary(d), "--listen=127.0.0.1:0",
-                       absl::StrCat("--metrics_listen=127.0.0.1:", port)},
-                      absl::StrCat("cannot listen on 127.0.0.1:", port,
-                                   " (metrics_listen): Address already in use"));
+    ExpectConfigError(
+        {Binary(d), absl::StrCat("--listen=127.0.0.1:", port), "--metrics_listen=127.0.0.1:0"},
+        absl::StrCat("cannot listen on 127.0.0.1:", port, " (listen): Address already in use"));
+    ExpectConfigError(
+        {Binary(d), "--listen=127.0.0.1:0", absl::StrCat("--metrics_listen=127.0.0.1:", port)},
+        absl::StrCat("cannot listen on 127.0.0.1:", port,
+                     " (metrics_listen): Address already in use"));
   }
   close(fd);
 }
 
 TEST_CASE("--print-config shows flag > file > default and exits 0") {
   std::string path = WriteConfig("print", "heartbeat_interval_ms: 250\nlog_level: warn\n");
-  ProcessResult r = RunCommand({Binary("schedd"), "--config=" + path, "--log_level=debug",
-                                "--print-config"});
+  ProcessResult r =
+      RunCommand({Binary("schedd"), "--config=" + path, "--log_level=debug", "--print-config"});
   REQUIRE(r.exit_code == 0);
   CHECK(r.stdout_text.find("heartbeat_interval_ms: 250  # file") != std::string::npos);
   CHECK(r.stdout_text.find("log_level: \"debug\"  # flag") != std::string::npos);

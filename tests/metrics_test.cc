@@ -23,14 +23,14 @@ TEST_CASE("promtool check metrics passes on every daemon") {
   REQUIRE(WaitFor(
       [&] {
         auto m = HttpGet(c.node("schedd").metrics_address, "/metrics");
-        return m.ok() && m->find("schedd_nodes{role=\"worker\",state=\"alive\"} 1") !=
-                             std::string::npos;
+        return m.ok() &&
+               m->find("schedd_nodes{role=\"worker\",state=\"alive\"} 1") != std::string::npos;
       },
       absl::Seconds(10)));
   for (const char* id : {"schedd", "psd-0", "worker-0"}) {
-    std::string daemon = std::string(id) == "schedd" ? "schedd"
+    std::string daemon = std::string(id) == "schedd"  ? "schedd"
                          : std::string(id) == "psd-0" ? "psd"
-                                                       : "workerd";
+                                                      : "workerd";
     // Scrape twice: the second scrape includes the exposer's own counters
     // updated by the first.
     REQUIRE(HttpGet(c.node(id).metrics_address, "/metrics").ok());

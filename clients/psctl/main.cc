@@ -4,6 +4,5 @@
 #include "clients/psctl/psctl.h"
 
 int main(int argc, char** argv) {
-  return hetps::psctl::Run(std::vector<std::string>(argv + 1, argv + argc), std::cout,
-                           std::cerr);
+  return hetps::psctl::Run(std::vector<std::string>(argv + 1, argv + argc), std::cout, std::cerr);
 }

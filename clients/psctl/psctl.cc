@@ -146,9 +146,9 @@ std::string GpuSummary(const v1::Capabilities& c) {
 }  // namespace
 
 std::string NodesTable(const v1::ListNodesResponse& resp, absl::Time now) {
-  std::vector<std::vector<std::string>> rows = {{"NODE_ID", "ROLE", "STATE", "CONTROL",
-                                                 "METRICS", "CORES", "MEMORY", "GPUS",
-                                                 "HEARTBEAT_AGE", "INCARNATION"}};
+  std::vector<std::vector<std::string>> rows = {{"NODE_ID", "ROLE", "STATE", "CONTROL", "METRICS",
+                                                 "CORES", "MEMORY", "GPUS", "HEARTBEAT_AGE",
+                                                 "INCARNATION"}};
   for (const auto& n : resp.nodes()) {
     rows.push_back({n.node_id(), RoleName(n.role()), StateName(n.state()), n.control_address(),
                     n.metrics_address().empty() ? "-" : n.metrics_address(),
@@ -225,14 +225,15 @@ std::string StatusTable(const v1::GetStatusResponse& r, absl::Time now) {
     std::vector<std::string> parts;
     for (const char* role : {"scheduler", "server", "worker"}) {
       auto it = r.alive_nodes_by_role().find(role);
-      parts.push_back(absl::StrCat(role, "=", it == r.alive_nodes_by_role().end() ? 0 : it->second));
+      parts.push_back(
+          absl::StrCat(role, "=", it == r.alive_nodes_by_role().end() ? 0 : it->second));
     }
     rows.push_back({"alive_nodes", absl::StrJoin(parts, " ")});
     rows.push_back({"dead_nodes", absl::StrCat(r.dead_nodes())});
   } else {
-    rows.push_back({"scheduler", absl::StrCat(r.scheduler_address(),
-                                              r.scheduler_connected() ? " (connected)"
-                                                                      : " (not connected)")});
+    rows.push_back(
+        {"scheduler", absl::StrCat(r.scheduler_address(),
+                                   r.scheduler_connected() ? " (connected)" : " (not connected)")});
     rows.push_back({"incarnation", absl::StrCat(r.incarnation())});
   }
   rows.push_back({"membership_version", absl::StrCat(r.membership_version())});
@@ -281,8 +282,8 @@ std::string StatusJson(const v1::GetStatusResponse& r, absl::Time now) {
 std::string ConfigTable(const v1::GetConfigResponse& r) {
   std::vector<std::vector<std::string>> rows = {{"KEY", "VALUE", "SOURCE"}};
   for (const auto& e : r.entries()) rows.push_back({e.key(), e.value(), e.source()});
-  return absl::StrCat("config file: ", r.config_file().empty() ? "(none)" : r.config_file(),
-                      "\n", Table(rows));
+  return absl::StrCat("config file: ", r.config_file().empty() ? "(none)" : r.config_file(), "\n",
+                      Table(rows));
 }
 
 std::string ConfigJson(const v1::GetConfigResponse& r) {
@@ -307,8 +308,8 @@ namespace {
 int RpcFailure(const grpc::Status& s, const std::string& endpoint, std::ostream& err) {
   bool unavailable = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
                      s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-  err << "psctl: " << (unavailable ? "endpoint unavailable: " : "error from ") << endpoint
-      << ": " << s.error_message() << "\n";
+  err << "psctl: " << (unavailable ? "endpoint unavailable: " : "error from ") << endpoint << ": "
+      << s.error_message() << "\n";
   return unavailable ? kUnavailable : kError;
 }
 

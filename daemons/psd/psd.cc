@@ -9,8 +9,7 @@ void DeclarePsdConfig(ConfigSchema* schema, PsdConfig* c) {
   DeclareAgentConfig(schema, &c->agent);
 }
 
-absl::StatusOr<std::unique_ptr<Psd>> Psd::Create(const PsdConfig& config,
-                                                   const DaemonEnv& env) {
+absl::StatusOr<std::unique_ptr<Psd>> Psd::Create(const PsdConfig& config, const DaemonEnv& env) {
   std::unique_ptr<Psd> d(new Psd(config));
   ASSIGN_OR_RETURN(d->runtime_, NodeRuntime::Create("psd", NodeRole::kServer, config.common, env));
   return d;

@@ -24,8 +24,7 @@ void DeclarePsdConfig(ConfigSchema* schema, PsdConfig* config);
 
 class Psd final : public Daemon {
  public:
-  static absl::StatusOr<std::unique_ptr<Psd>> Create(const PsdConfig& config,
-                                                     const DaemonEnv& env);
+  static absl::StatusOr<std::unique_ptr<Psd>> Create(const PsdConfig& config, const DaemonEnv& env);
   ~Psd() override;
 
   absl::Status Start() override;

@@ -127,9 +127,9 @@ class Schedd::Service final : public v1::Scheduler::Service {
     grpc::Status st = DoRegister(ctx, req, resp);
     s_->metrics_->Rpc("Register", st.error_code());
     if (!st.ok()) {
-      log_.Warn("register rejected", {{"peer", ctx->peer()},
-                                      {"node_id", req->node_id()},
-                                      {"error", st.error_message()}});
+      log_.Warn(
+          "register rejected",
+          {{"peer", ctx->peer()}, {"node_id", req->node_id()}, {"error", st.error_message()}});
     }
     return st;
   }
@@ -309,9 +309,8 @@ absl::Status Schedd::Start() {
 
 void Schedd::ReaperLoop() {
   const Logger log = runtime_->logger().WithComponent("membership");
-  const absl::Duration tick = std::clamp(
-      absl::Milliseconds(config_.heartbeat_interval_ms) / 10, absl::Milliseconds(5),
-      absl::Milliseconds(100));
+  const absl::Duration tick = std::clamp(absl::Milliseconds(config_.heartbeat_interval_ms) / 50,
+                                         absl::Milliseconds(2), absl::Milliseconds(100));
   std::vector<NodeRecord> unused;
   uint64_t version;
   auto sub = membership_->Watch(&unused, &version);
@@ -328,11 +327,12 @@ void Schedd::ReaperLoop() {
                          : e.kind == MembershipEventKind::kDied ? "node died"
                                                                 : "node left";
       LogLevel level = e.kind == MembershipEventKind::kDied ? LogLevel::kWarn : LogLevel::kInfo;
-      log.Log(level, what, {{"node_id", n.node_id},
-                      {"role", NodeRoleName(n.role)},
-                      {"incarnation", static_cast<unsigned long long>(n.incarnation)},
-                      {"control", n.control_address},
-                      {"membership_version", static_cast<unsigned long long>(e.version)}});
+      log.Log(level, what,
+              {{"node_id", n.node_id},
+               {"role", NodeRoleName(n.role)},
+               {"incarnation", static_cast<unsigned long long>(n.incarnation)},
+               {"control", n.control_address},
+               {"membership_version", static_cast<unsigned long long>(e.version)}});
     }
     if (r == MembershipSubscription::Result::kOverflowed) {
       log.Warn("membership log fell behind; resubscribing");

@@ -4,7 +4,7 @@
 // network-awareness and policy work lands.
 //
 // Threads: gRPC's, plus one "reaper" thread that expires silent nodes every
-// heartbeat_interval/10 and logs membership changes. Thread-safe.
+// heartbeat_interval/50 and logs membership changes. Thread-safe.
 #ifndef HETPS_DAEMONS_SCHEDD_SCHEDD_H_
 #define HETPS_DAEMONS_SCHEDD_SCHEDD_H_
 

@@ -10,9 +10,10 @@ void DeclareWorkerdConfig(ConfigSchema* schema, WorkerdConfig* c) {
 }
 
 absl::StatusOr<std::unique_ptr<Workerd>> Workerd::Create(const WorkerdConfig& config,
-                                                   const DaemonEnv& env) {
+                                                         const DaemonEnv& env) {
   std::unique_ptr<Workerd> d(new Workerd(config));
-  ASSIGN_OR_RETURN(d->runtime_, NodeRuntime::Create("workerd", NodeRole::kWorker, config.common, env));
+  ASSIGN_OR_RETURN(d->runtime_,
+                   NodeRuntime::Create("workerd", NodeRole::kWorker, config.common, env));
   return d;
 }
 

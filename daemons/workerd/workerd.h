@@ -25,7 +25,7 @@ void DeclareWorkerdConfig(ConfigSchema* schema, WorkerdConfig* config);
 class Workerd final : public Daemon {
  public:
   static absl::StatusOr<std::unique_ptr<Workerd>> Create(const WorkerdConfig& config,
-                                                     const DaemonEnv& env);
+                                                         const DaemonEnv& env);
   ~Workerd() override;
 
   absl::Status Start() override;

@@ -32,8 +32,7 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view text) {
     port_text = text.substr(close + 2);
   } else {
     size_t colon = text.rfind(':');
-    if (colon == absl::string_view::npos ||
-        text.find(':') != colon) {
+    if (colon == absl::string_view::npos || text.find(':') != colon) {
       return absl::InvalidArgumentError(
           absl::StrCat("'", text, "' is not an address of the form host:port"));
     }

@@ -10,10 +10,10 @@
 #define HETPS_CONCAT_(a, b) HETPS_CONCAT_INNER_(a, b)
 
 // Returns the status from the enclosing function if `expr` is not OK.
-#define RETURN_IF_ERROR(expr)                                  \
-  do {                                                         \
-    ::absl::Status hetps_status_ = (expr);                     \
-    if (!hetps_status_.ok()) return hetps_status_;             \
+#define RETURN_IF_ERROR(expr)                      \
+  do {                                             \
+    ::absl::Status hetps_status_ = (expr);         \
+    if (!hetps_status_.ok()) return hetps_status_; \
   } while (0)
 
 // `lhs = value of expr`, or returns its status if not OK.

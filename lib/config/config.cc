@@ -36,8 +36,7 @@ void ConfigSchema::String(std::string key, std::string* field, std::string help)
   fields_.push_back({std::move(key), Type::kString, field, std::move(help)});
 }
 
-void ConfigSchema::Address(std::string key, std::string* field, std::string help,
-                           bool optional) {
+void ConfigSchema::Address(std::string key, std::string* field, std::string help, bool optional) {
   Field f{std::move(key), Type::kAddress, field, std::move(help)};
   f.optional = optional;
   fields_.push_back(std::move(f));
@@ -150,8 +149,8 @@ absl::Status ConfigSchema::Check(const Field& f, absl::string_view value) const 
         return absl::InvalidArgumentError(absl::StrCat("expected a number, got '", value, "'"));
       }
       if (!(v >= f.double_min && v <= f.double_max)) {
-        return absl::InvalidArgumentError(absl::StrFormat("value %g is out of range [%g, %g]", v,
-                                                          f.double_min, f.double_max));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("value %g is out of range [%g, %g]", v, f.double_min, f.double_max));
       }
       return absl::OkStatus();
     }
@@ -167,9 +166,8 @@ absl::Status ConfigSchema::Check(const Field& f, absl::string_view value) const 
       for (const std::string& c : f.choices) {
         if (c == value) return absl::OkStatus();
       }
-      return absl::InvalidArgumentError(absl::StrCat("expected one of ",
-                                                     absl::StrJoin(f.choices, "|"), ", got '",
-                                                     value, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("expected one of ", absl::StrJoin(f.choices, "|"), ", got '", value, "'"));
     }
   }
   return absl::OkStatus();
@@ -210,8 +208,8 @@ std::string ConfigSchema::ValueText(const Field& f) {
   return "";
 }
 
-absl::Status ConfigSchema::Set(absl::string_view key, absl::string_view value,
-                               ConfigSource source, absl::string_view origin) {
+absl::Status ConfigSchema::Set(absl::string_view key, absl::string_view value, ConfigSource source,
+                               absl::string_view origin) {
   Field* f = Find(key);
   if (f == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("unknown key '", key, "' in ", origin));
@@ -231,8 +229,8 @@ absl::Status ConfigSchema::LoadYamlString(absl::string_view text, absl::string_v
   try {
     root = YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(origin, ": YAML syntax error at line ",
-                                                   e.mark.line + 1, ": ", e.msg));
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": YAML syntax error at line ", e.mark.line + 1, ": ", e.msg));
   }
   if (root.IsNull()) return absl::OkStatus();  // empty file: all defaults
   if (!root.IsMap()) {
@@ -246,8 +244,8 @@ absl::Status ConfigSchema::LoadYamlString(absl::string_view text, absl::string_v
     try {
       key = kv.first.as<std::string>();
     } catch (const YAML::Exception&) {
-      return absl::InvalidArgumentError(absl::StrCat(origin, " line ", kv.first.Mark().line + 1,
-                                                     ": keys must be plain strings"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(origin, " line ", kv.first.Mark().line + 1, ": keys must be plain strings"));
     }
     std::string where = absl::StrCat(origin, " line ", kv.first.Mark().line + 1);
     Field* f = Find(key);
@@ -255,9 +253,9 @@ absl::Status ConfigSchema::LoadYamlString(absl::string_view text, absl::string_v
       return absl::InvalidArgumentError(absl::StrCat("unknown key '", key, "' in ", where));
     }
     if (!kv.second.IsScalar()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "key '", key, "' in ", where, ": expected a ", TypeName(f->type),
-          kv.second.IsNull() ? ", got nothing" : ", got a list or mapping"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("key '", key, "' in ", where, ": expected a ", TypeName(f->type),
+                       kv.second.IsNull() ? ", got nothing" : ", got a list or mapping"));
     }
     std::string value = kv.second.Scalar();
     absl::Status s = Check(*f, value);
@@ -313,10 +311,9 @@ std::string ConfigSchema::DumpYaml() const {
     std::string v = ValueText(f);
     // Quote strings so empty values and YAML-special text read back intact.
     bool quote = f.type == Type::kString || f.type == Type::kAddress || f.type == Type::kEnum;
-    std::string shown = quote ? absl::StrCat("\"", absl::StrReplaceAll(v, {{"\\", "\\\\"},
-                                                                          {"\"", "\\\""}}),
-                                             "\"")
-                              : v;
+    std::string shown =
+        quote ? absl::StrCat("\"", absl::StrReplaceAll(v, {{"\\", "\\\\"}, {"\"", "\\\""}}), "\"")
+              : v;
     absl::StrAppend(&out, f.key, ": ", shown, "  # ", ConfigSourceName(f.source), "\n");
   }
   return out;

@@ -18,8 +18,7 @@ void DeclareCommonConfig(ConfigSchema* schema, CommonConfig* c) {
                  "If set, write {node_id, control_address, metrics_address, pid} as JSON here "
                  "once serving (for scripts and tests).");
   schema->Int("shutdown_grace_ms", &c->shutdown_grace_ms,
-              "How long in-flight RPCs may run on shutdown before they are cancelled.", 0,
-              600000);
+              "How long in-flight RPCs may run on shutdown before they are cancelled.", 0, 600000);
 }
 
 void DeclareAgentConfig(ConfigSchema* schema, AgentConfig* c) {
@@ -27,8 +26,7 @@ void DeclareAgentConfig(ConfigSchema* schema, AgentConfig* c) {
   schema->Int("rpc_timeout_ms", &c->rpc_timeout_ms, "Deadline of each control-plane RPC.", 10,
               600000);
   schema->Int("register_backoff_max_ms", &c->register_backoff_max_ms,
-              "Upper bound of the exponential backoff between registration attempts.", 10,
-              600000);
+              "Upper bound of the exponential backoff between registration attempts.", 10, 600000);
 }
 
 }  // namespace hetps

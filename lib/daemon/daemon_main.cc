@@ -26,8 +26,7 @@ int RunDaemon(int argc, char** argv, const DaemonSpec& spec) {
   if (spec.validate_config) {
     absl::Status s = spec.validate_config();
     if (!s.ok()) {
-      std::fprintf(stderr, "%s: config error: %s\n", spec.name,
-                   std::string(s.message()).c_str());
+      std::fprintf(stderr, "%s: config error: %s\n", spec.name, std::string(s.message()).c_str());
       return 2;
     }
   }

@@ -57,8 +57,7 @@ class NodeRuntime::AdminService final : public v1::Admin::Service {
   NodeRuntime* rt_;
 };
 
-NodeRuntime::NodeRuntime(std::string daemon_name, NodeRole role, CommonConfig config,
-                         DaemonEnv env)
+NodeRuntime::NodeRuntime(std::string daemon_name, NodeRole role, CommonConfig config, DaemonEnv env)
     : daemon_name_(std::move(daemon_name)),
       role_(role),
       config_(std::move(config)),
@@ -69,9 +68,9 @@ NodeRuntime::NodeRuntime(std::string daemon_name, NodeRole role, CommonConfig co
 NodeRuntime::~NodeRuntime() { StopControl(); }
 
 absl::StatusOr<std::unique_ptr<NodeRuntime>> NodeRuntime::Create(const std::string& daemon_name,
-                                                                  NodeRole role,
-                                                                  const CommonConfig& config,
-                                                                  const DaemonEnv& env) {
+                                                                 NodeRole role,
+                                                                 const CommonConfig& config,
+                                                                 const DaemonEnv& env) {
   std::unique_ptr<NodeRuntime> rt(new NodeRuntime(daemon_name, role, config, env));
   rt->logger_ = Logger(env.log_sink, config.node_id, daemon_name);
   RegisterProcessMetrics(*rt->registry_, daemon_name, kVersion);
@@ -92,8 +91,8 @@ absl::Status NodeRuntime::StartControl(const std::vector<grpc::Service*>& servic
   ASSIGN_OR_RETURN(HostPort listen, ParseHostPort(config_.listen));
   HostPort advertised{listen.host, static_cast<uint16_t>(started.port)};
   if (listen.IsWildcard()) {
-    advertised.host = config_.advertise_host.empty() ? capabilities_.hostname
-                                                     : config_.advertise_host;
+    advertised.host =
+        config_.advertise_host.empty() ? capabilities_.hostname : config_.advertise_host;
   }
   control_address_ = advertised.ToString();
   node_id_ = config_.node_id;

@@ -37,7 +37,9 @@ SchedulerAgent::SchedulerAgent(const AgentConfig& config, NodeRuntime* runtime)
 
 SchedulerAgent::~SchedulerAgent() { Stop(); }
 
-void SchedulerAgent::Start() { thread_ = std::thread([this] { Run(); }); }
+void SchedulerAgent::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 bool SchedulerAgent::connected() const {
   absl::MutexLock lock(&mu_);
@@ -114,8 +116,8 @@ bool SchedulerAgent::HeartbeatOnce() {
   }
   heartbeats_failed_->Increment();
   if (connected_) {
-    logger_.Warn("heartbeat failed", {{"code", static_cast<int>(s.error_code())},
-                                      {"error", s.error_message()}});
+    logger_.Warn("heartbeat failed",
+                 {{"code", static_cast<int>(s.error_code())}, {"error", s.error_message()}});
   }
   connected_ = false;
   connected_gauge_->Set(0);

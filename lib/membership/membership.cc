@@ -66,8 +66,7 @@ void MembershipSubscription::Push(const MembershipEvent& event) {
   queue_.push_back(event);
 }
 
-Membership::Membership(Options options, const Clock* clock)
-    : options_(options), clock_(clock) {}
+Membership::Membership(Options options, const Clock* clock) : options_(options), clock_(clock) {}
 
 Membership::~Membership() { CloseWatchers(); }
 
@@ -222,8 +221,8 @@ Membership::Counters Membership::counters() const {
 std::shared_ptr<MembershipSubscription> Membership::Watch(std::vector<NodeRecord>* snapshot,
                                                           uint64_t* snapshot_version) {
   absl::MutexLock lock(&mu_);
-  auto sub = std::shared_ptr<MembershipSubscription>(
-      new MembershipSubscription(options_.watch_queue_max));
+  auto sub =
+      std::shared_ptr<MembershipSubscription>(new MembershipSubscription(options_.watch_queue_max));
   snapshot->clear();
   for (const auto& [id, n] : nodes_) snapshot->push_back(n);
   *snapshot_version = version_;

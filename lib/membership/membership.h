@@ -36,7 +36,7 @@ namespace hetps {
 enum class NodeRole { kUnspecified, kScheduler, kServer, kWorker };
 enum class NodeState { kAlive, kDead, kLeft };
 
-const char* NodeRoleName(NodeRole role);    // "scheduler" | "server" | "worker"
+const char* NodeRoleName(NodeRole role);     // "scheduler" | "server" | "worker"
 const char* NodeStateName(NodeState state);  // "alive" | "dead" | "left"
 
 struct GpuInfo {
@@ -76,7 +76,7 @@ enum class MembershipEventKind { kSnapshot, kJoined, kDied, kLeft };
 struct MembershipEvent {
   MembershipEventKind kind = MembershipEventKind::kJoined;
   uint64_t version = 0;
-  NodeRecord node;                    // for kJoined / kDied / kLeft
+  NodeRecord node;                   // for kJoined / kDied / kLeft
   std::vector<NodeRecord> snapshot;  // for kSnapshot
 };
 

@@ -12,8 +12,8 @@ absl::StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen,
   ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(listen));
   absl::Status probe = ProbeTcpBind(hp);
   if (!probe.ok()) {
-    return absl::Status(probe.code(), absl::StrCat("cannot listen on ", listen, " (",
-                                                   config_key, "): ", probe.message()));
+    return absl::Status(probe.code(), absl::StrCat("cannot listen on ", listen, " (", config_key,
+                                                   "): ", probe.message()));
   }
   grpc::ServerBuilder builder;
   StartedGrpcServer out;
@@ -33,8 +33,7 @@ absl::StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen,
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {

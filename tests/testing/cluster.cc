@@ -26,9 +26,12 @@ absl::Status LocalCluster::Launch(const std::string& daemon, const std::string& 
   if (!p.ok()) return p.status();
   DaemonHandle& h = nodes_[node_id];
   h.process = std::move(*p);
-  if (!WaitFor([&] { return access(ready.c_str(), R_OK) == 0 || !h.process.running() ||
-                            h.process.Wait(absl::ZeroDuration()) >= 0; },
-               absl::Seconds(20)) ||
+  if (!WaitFor(
+          [&] {
+            return access(ready.c_str(), R_OK) == 0 || !h.process.running() ||
+                   h.process.Wait(absl::ZeroDuration()) >= 0;
+          },
+          absl::Seconds(20)) ||
       access(ready.c_str(), R_OK) != 0) {
     return absl::UnavailableError(
         absl::StrCat(node_id, " did not become ready; stderr:\n", h.process.Stderr()));
@@ -40,9 +43,8 @@ absl::Status LocalCluster::Launch(const std::string& daemon, const std::string& 
 }
 
 absl::Status LocalCluster::StartSchedd() {
-  absl::Status s =
-      Launch("schedd", "schedd",
-             {absl::StrCat("--heartbeat_interval_ms=", heartbeat_interval_ms_)});
+  absl::Status s = Launch("schedd", "schedd",
+                          {absl::StrCat("--heartbeat_interval_ms=", heartbeat_interval_ms_)});
   if (s.ok()) schedd_address_ = nodes_["schedd"].control_address;
   return s;
 }
@@ -51,7 +53,9 @@ absl::Status LocalCluster::StartNode(const std::string& daemon, const std::strin
   return Launch(daemon, node_id, {"--scheduler=" + schedd_address_, "--rpc_timeout_ms=1000"});
 }
 
-void LocalCluster::Kill(const std::string& node_id, int sig) { nodes_.at(node_id).process.Signal(sig); }
+void LocalCluster::Kill(const std::string& node_id, int sig) {
+  nodes_.at(node_id).process.Signal(sig);
+}
 
 int LocalCluster::WaitExit(const std::string& node_id, absl::Duration timeout) {
   return nodes_.at(node_id).process.Wait(timeout);

@@ -137,8 +137,8 @@ Process::~Process() {
   }
 }
 
-absl::StatusOr<Process> Process::Start(const std::vector<std::string>& argv,
-                                       const std::string& dir, const std::string& name) {
+absl::StatusOr<Process> Process::Start(const std::vector<std::string>& argv, const std::string& dir,
+                                       const std::string& name) {
   Process p;
   p.stdout_path_ = absl::StrCat(dir, "/", name, ".out");
   p.stderr_path_ = absl::StrCat(dir, "/", name, ".err");

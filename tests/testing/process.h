@@ -45,8 +45,8 @@ class Process {
   Process& operator=(Process&& o) noexcept;
   ~Process();  // SIGKILLs a still-running process
 
-  static absl::StatusOr<Process> Start(const std::vector<std::string>& argv,
-                                       const std::string& dir, const std::string& name);
+  static absl::StatusOr<Process> Start(const std::vector<std::string>& argv, const std::string& dir,
+                                       const std::string& name);
 
   pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0; }
