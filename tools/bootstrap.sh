@@ -10,7 +10,9 @@ PACKAGES=(
   bazel-bootstrap bazel-rules-java pkg-config
   # Control plane and libraries.
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev librocksdb-dev prometheus-cpp-dev libyaml-cpp-dev
+  libabsl-dev librocksdb-dev prometheus-cpp-dev libyaml-cpp-dev zlib1g-dev
+  # Real training data: Fashion-MNIST (IDX, gzip) in /usr/share/datasets.
+  dataset-fashion-mnist
   # Tests: Catch2 v2 with Debian's prebuilt main; promtool (prometheus) checks
   # the exposition format; curl scrapes /metrics.
   catch2 prometheus curl
