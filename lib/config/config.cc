@@ -85,6 +85,11 @@ const ConfigSchema::Field* ConfigSchema::Find(absl::string_view key) const {
 
 bool ConfigSchema::HasKey(absl::string_view key) const { return Find(key) != nullptr; }
 
+bool ConfigSchema::IsBool(absl::string_view key) const {
+  const Field* f = Find(key);
+  return f != nullptr && f->type == Type::kBool;
+}
+
 const char* ConfigSchema::TypeName(Type t) {
   switch (t) {
     case Type::kString:
@@ -380,10 +385,7 @@ absl::StatusOr<CommandLine> LoadConfiguration(int argc, char** argv, ConfigSchem
     }
     if (!has_value) {
       // A bare boolean flag means true; anything else takes the next argument.
-      bool is_bool = false;
-      for (const auto& e : schema->Entries()) {
-        if (e.key == key) is_bool = e.type == "bool";
-      }
+      bool is_bool = schema->IsBool(key);
       if (is_bool && (i + 1 >= argc || absl::string_view(argv[i + 1]).substr(0, 2) == "--")) {
         value = "true";
       } else if (i + 1 < argc) {

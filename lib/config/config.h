@@ -58,6 +58,7 @@ class ConfigSchema {
                    absl::string_view origin);
 
   bool HasKey(absl::string_view key) const;
+  bool IsBool(absl::string_view key) const;
   std::vector<Entry> Entries() const;
   // The effective configuration as YAML, each line commented with its source;
   // feeding it back as a file reproduces the configuration.

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -94,7 +95,8 @@ int WaitPid(pid_t pid, absl::Duration timeout, int* signal_out) {
 
 ProcessResult RunCommand(const std::vector<std::string>& argv, absl::Duration timeout,
                          const std::string& stdin_text) {
-  std::string dir = TempDir(absl::StrCat("run_", getpid(), "_", std::rand()));
+  static std::atomic<int> runs{0};
+  std::string dir = TempDir(absl::StrCat("run_", getpid(), "_", runs++));
   std::string in_path = dir + "/stdin";
   std::ofstream(in_path) << stdin_text;
   int in_fd = open(in_path.c_str(), O_RDONLY);
@@ -209,8 +211,9 @@ absl::StatusOr<std::string> HttpGet(const std::string& address, const std::strin
   if (resp.rfind("HTTP/1.", 0) != 0 || body == std::string::npos) {
     return absl::DataLossError("malformed HTTP response");
   }
-  if (resp.find(" 200 ") == std::string::npos || resp.find(" 200 ") > resp.find("\r\n")) {
-    return absl::UnavailableError(absl::StrCat("HTTP status: ", resp.substr(0, resp.find("\r\n"))));
+  std::string status_line = resp.substr(0, resp.find("\r\n"));
+  if (status_line.find(" 200 ") == std::string::npos) {
+    return absl::UnavailableError(absl::StrCat("HTTP status: ", status_line));
   }
   return resp.substr(body + 4);
 }
