@@ -11,6 +11,8 @@ PACKAGES=(
   # Control plane and libraries.
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev prometheus-cpp-dev libyaml-cpp-dev zlib1g-dev
+  # CPU training backend: OpenBLAS sgemm.
+  libopenblas-dev
   # Real training data: Fashion-MNIST (IDX, gzip) in /usr/share/datasets.
   dataset-fashion-mnist
   # Tests: Catch2 v2 with Debian's prebuilt main; promtool (prometheus) checks

@@ -1,0 +1,178 @@
+// CUDA backend: cuBLAS for sgemm, cuda_kernels.cu for the rest, one stream.
+// cudaError_t / cublasStatus_t become absl::Status here and nowhere else.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "lib/train/backend.h"
+#include "lib/train/cuda_kernels.h"
+
+namespace hetps {
+namespace train {
+namespace {
+
+absl::Status CudaStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat("cuda: ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
+}
+
+class CudaBackend final : public Backend {
+ public:
+  static absl::StatusOr<std::unique_ptr<Backend>> Create(int device) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) return CudaStatus(e, "no usable GPU (cudaGetDeviceCount)");
+    if (device < 0 || device >= count) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cuda: device ", device, " requested but ", count, " GPU(s) present"));
+    }
+    auto b = std::unique_ptr<CudaBackend>(new CudaBackend(device));
+    if (auto s = CudaStatus(cudaSetDevice(device), "cudaSetDevice"); !s.ok()) return s;
+    if (auto s = CudaStatus(cudaStreamCreate(&b->stream_), "cudaStreamCreate"); !s.ok()) return s;
+    if (cublasCreate(&b->blas_) != CUBLAS_STATUS_SUCCESS) {
+      return absl::InternalError("cuda: cublasCreate failed");
+    }
+    cublasSetStream(b->blas_, b->stream_);
+    // Strict FP32 (no TF32): the CPU and CUDA backends must agree closely.
+    cublasSetMathMode(b->blas_, CUBLAS_PEDANTIC_MATH);
+    return std::unique_ptr<Backend>(std::move(b));
+  }
+
+  ~CudaBackend() override {
+    if (blas_ != nullptr) cublasDestroy(blas_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return absl::StrCat("cuda:", device_); }
+
+  absl::StatusOr<float*> Alloc(size_t floats) override {
+    if (!sticky_.ok()) return sticky_;
+    void* p = nullptr;
+    if (auto s =
+            CudaStatus(cudaMalloc(&p, std::max<size_t>(1, floats) * sizeof(float)), "cudaMalloc");
+        !s.ok())
+      return s;
+    return static_cast<float*>(p);
+  }
+  absl::StatusOr<int32_t*> AllocInt(size_t ints) override {
+    if (!sticky_.ok()) return sticky_;
+    void* p = nullptr;
+    if (auto s =
+            CudaStatus(cudaMalloc(&p, std::max<size_t>(1, ints) * sizeof(int32_t)), "cudaMalloc");
+        !s.ok())
+      return s;
+    return static_cast<int32_t*>(p);
+  }
+  void Free(void* p) override {
+    if (p != nullptr) cudaFree(p);
+  }
+  void CopyToDevice(float* dst, const float* host, size_t floats) override {
+    Note(cudaMemcpyAsync(dst, host, floats * sizeof(float), cudaMemcpyHostToDevice, stream_),
+         "copy to device");
+    // The host buffer may be reused as soon as we return.
+    Note(cudaStreamSynchronize(stream_), "copy to device");
+  }
+  void CopyIntToDevice(int32_t* dst, const int32_t* host, size_t ints) override {
+    Note(cudaMemcpyAsync(dst, host, ints * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+         "copy to device");
+    Note(cudaStreamSynchronize(stream_), "copy to device");
+  }
+  absl::Status CopyToHost(float* host, const float* src, size_t floats) override {
+    Note(cudaMemcpyAsync(host, src, floats * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+         "copy to host");
+    return Sync();
+  }
+  void Fill(float* p, size_t floats, float value) override {
+    cuda::Fill(p, floats, value, stream_);
+  }
+  absl::Status Sync() override {
+    Note(cudaStreamSynchronize(stream_), "stream synchronize");
+    Note(cudaGetLastError(), "kernel launch");
+    return sticky_;
+  }
+
+  void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+            const float* b, int ldb, float beta, float* c, int ldc) override {
+    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the
+    // same buffers, operands swapped.
+    const cublasStatus_t s =
+        cublasSgemm(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                    n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc);
+    if (s != CUBLAS_STATUS_SUCCESS && sticky_.ok()) {
+      sticky_ = absl::InternalError(absl::StrCat("cuda: cublasSgemm failed with status ", s));
+    }
+  }
+  void AddBias(float* y, const float* bias, int outer, int channels, int inner) override {
+    cuda::AddBias(y, bias, outer, channels, inner, stream_);
+  }
+  void BiasGrad(const float* dy, float* dbias, int outer, int channels, int inner) override {
+    cuda::BiasGrad(dy, dbias, outer, channels, inner, stream_);
+  }
+  void Relu(const float* x, float* y, size_t n) override { cuda::Relu(x, y, n, stream_); }
+  void ReluBackward(const float* y, const float* dy, float* dx, size_t n) override {
+    cuda::ReluBackward(y, dy, dx, n, stream_);
+  }
+  void Im2Col(const float* x, const Window2d& w, float* col) override {
+    cuda::Im2Col(x, w.channels, w.height, w.width, w.kernel, w.stride, w.pad, col, stream_);
+  }
+  void Col2Im(const float* col, const Window2d& w, float* dx) override {
+    cuda::Col2Im(col, w.channels, w.height, w.width, w.kernel, w.stride, w.pad, dx, stream_);
+  }
+  void MaxPool(const float* x, const Window2d& w, int batch, float* y, int32_t* argmax) override {
+    cuda::MaxPool(x, batch * w.channels, w.height, w.width, w.kernel, w.stride, w.pad, y, argmax,
+                  stream_);
+  }
+  void MaxPoolBackward(const float* dy, const int32_t* argmax, const Window2d& w, int batch,
+                       float* dx) override {
+    cuda::MaxPoolBackward(dy, argmax, batch * w.channels, w.height, w.width,
+                          w.out_height() * w.out_width(), dx, stream_);
+  }
+  void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int batch, int classes,
+                           float scale, float* row_loss, float* dlogits) override {
+    cuda::SoftmaxCrossEntropy(logits, labels, batch, classes, scale, row_loss, dlogits, stream_);
+  }
+
+ private:
+  explicit CudaBackend(int device) : device_(device) {}
+
+  void Note(cudaError_t e, const char* what) {
+    if (e != cudaSuccess && sticky_.ok()) sticky_ = CudaStatus(e, what);
+  }
+
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  absl::Status sticky_;
+};
+
+}  // namespace
+
+absl::StatusOr<BackendKind> ParseBackendKind(const std::string& s) {
+  if (s == "auto") return BackendKind::kAuto;
+  if (s == "cpu") return BackendKind::kCpu;
+  if (s == "cuda") return BackendKind::kCuda;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown backend '", s, "' (expected auto, cpu or cuda)"));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int device) {
+  switch (kind) {
+    case BackendKind::kCpu:
+      return NewCpuBackend();
+    case BackendKind::kCuda:
+      return CudaBackend::Create(device);
+    case BackendKind::kAuto: {
+      auto cuda = CudaBackend::Create(device);
+      if (cuda.ok()) return cuda;
+      return NewCpuBackend();
+    }
+  }
+  return absl::InvalidArgumentError("unknown backend kind");
+}
+
+}  // namespace train
+}  // namespace hetps

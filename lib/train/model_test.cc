@@ -1,0 +1,269 @@
+// CPU backend: numerical gradient checks for every layer type, the built-in
+// models' layouts, input validation, and learning on real Fashion-MNIST.
+#include "lib/train/model.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+
+#include "lib/data/idx.h"
+#include "lib/train/optimizer.h"
+
+namespace hetps {
+namespace train {
+namespace {
+
+struct Batch {
+  std::vector<float> x;
+  std::vector<uint8_t> y;
+};
+
+Batch RandomBatch(const Model& m, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  Batch b;
+  b.x.resize(static_cast<size_t>(n) * m.input_size());
+  for (float& v : b.x) v = u(rng);
+  for (int i = 0; i < n; ++i) b.y.push_back(static_cast<uint8_t>(rng() % m.spec().classes));
+  return b;
+}
+
+std::vector<float> RandomParams(const Model& m, uint32_t seed) {
+  std::vector<float> p = m.InitialParameters(seed);
+  std::mt19937 rng(seed + 1);
+  std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+  for (const TensorInfo& t : m.tensors()) {
+    if (t.name.find(".bias") == std::string::npos) continue;
+    for (size_t i = 0; i < t.size; ++i) p[t.offset + i] = u(rng);  // non-zero biases
+  }
+  return p;
+}
+
+struct GradCheck {
+  double worst = 0;  // worst normalised error over entries that are not at a kink
+  int checked = 0;
+  int kinks = 0;  // entries at a ReLU / max-pool kink: matched a one-sided difference
+};
+
+// Normalised error |num - ana| / max(1e-2, |num|, |ana|).
+double Err(double num, double ana) {
+  return std::abs(num - ana) / std::max({1e-2, std::abs(num), std::abs(ana)});
+}
+
+constexpr double kGradTolerance = 2e-2;
+
+// Finite differences on the mean loss against the analytic gradient, for up
+// to `per_tensor` entries of every tensor (all of them in small tensors).
+// ReLU and max-pool make the loss piecewise smooth: where the central
+// difference straddles a kink, the analytic gradient (a one-sided
+// derivative) must match the left or right difference instead; such entries
+// are counted, and must stay rare.
+GradCheck CheckGradients(const ModelSpec& spec, int n, int per_tensor) {
+  auto backend = NewCpuBackend();
+  auto model_or = Model::Create(spec, backend.get(), n);
+  REQUIRE(model_or.ok());
+  Model& m = **model_or;
+  std::vector<float> p = RandomParams(m, 7);
+  Batch b = RandomBatch(m, n, 11);
+  std::vector<float> grad(m.num_params());
+  REQUIRE(m.SetParameters(p).ok());
+  auto base = m.ComputeGradients(b.x.data(), b.y.data(), n, absl::MakeSpan(grad));
+  REQUIRE(base.ok());
+
+  std::vector<float> scratch(m.num_params());
+  std::vector<float> q = p;
+  auto loss_at = [&](size_t i, float delta) {
+    q[i] = p[i] + delta;
+    REQUIRE(m.SetParameters(q).ok());
+    auto l = m.ComputeGradients(b.x.data(), b.y.data(), n, absl::MakeSpan(scratch));
+    REQUIRE(l.ok());
+    q[i] = p[i];
+    return static_cast<double>(*l);
+  };
+  GradCheck r;
+  std::mt19937 rng(3);
+  for (const TensorInfo& t : m.tensors()) {
+    const int count = static_cast<int>(std::min<size_t>(t.size, per_tensor));
+    for (int k = 0; k < count; ++k) {
+      const size_t i = t.offset + (t.size <= size_t(per_tensor) ? k : rng() % t.size);
+      const double ana = grad[i];
+      ++r.checked;
+      double best = 1e9;
+      for (float eps : {2e-3f, 5e-4f}) {
+        best = std::min(best, Err((loss_at(i, eps) - loss_at(i, -eps)) / (2.0 * eps), ana));
+      }
+      if (best < kGradTolerance) {
+        r.worst = std::max(r.worst, best);
+        continue;
+      }
+      const float h = 5e-4f;
+      const double right = (loss_at(i, h) - *base) / h, left = (*base - loss_at(i, -h)) / h;
+      if (std::min(Err(right, ana), Err(left, ana)) < 5 * kGradTolerance) {
+        ++r.kinks;
+        continue;
+      }
+      UNSCOPED_INFO(t.name << "[" << i - t.offset << "] analytic " << ana << ", left " << left
+                           << ", right " << right);
+      r.worst = std::max(r.worst, best);
+    }
+  }
+  return r;
+}
+
+void ExpectGradientsMatch(const ModelSpec& spec, int n, int per_tensor) {
+  const GradCheck r = CheckGradients(spec, n, per_tensor);
+  INFO(r.checked << " entries checked, " << r.kinks << " at kinks, worst error " << r.worst);
+  CHECK(r.checked > 0);
+  CHECK(r.worst < kGradTolerance);
+  CHECK(r.kinks * 10 <= r.checked);
+}
+
+ModelSpec Small(int c, int h, int w, std::vector<LayerSpec> layers) {
+  ModelSpec s;
+  s.name = "small";
+  s.in_channels = c;
+  s.in_height = h;
+  s.in_width = w;
+  s.classes = 10;
+  s.layers = std::move(layers);
+  return s;
+}
+
+TEST_CASE("gradient check: dense + softmax cross-entropy", "[model][gradcheck]") {
+  ExpectGradientsMatch(Small(1, 4, 4, {LayerSpec::Dense(10)}), 5, 200);
+}
+
+TEST_CASE("gradient check: relu between dense layers", "[model][gradcheck]") {
+  ExpectGradientsMatch(
+      Small(1, 4, 4, {LayerSpec::Dense(12), LayerSpec::Relu(), LayerSpec::Dense(10)}), 4, 200);
+}
+
+TEST_CASE("gradient check: stacked convolutions (im2col, col2im, padding)", "[model][gradcheck]") {
+  ExpectGradientsMatch(
+      Small(2, 6, 6, {LayerSpec::Conv(3, 3, 1), LayerSpec::Conv(4, 3, 0), LayerSpec::Dense(10)}), 3,
+      200);
+}
+
+TEST_CASE("gradient check: max-pool", "[model][gradcheck]") {
+  ExpectGradientsMatch(
+      Small(1, 6, 6, {LayerSpec::Conv(3, 3, 1), LayerSpec::MaxPool(2), LayerSpec::Dense(10)}), 3,
+      200);
+}
+
+TEST_CASE("gradient check: lenet5 end to end (sampled)", "[model][gradcheck]") {
+  auto spec = BuiltinModel("lenet5");
+  REQUIRE(spec.ok());
+  ExpectGradientsMatch(*spec, 2, 12);
+}
+
+TEST_CASE("built-in models have the documented layouts", "[model]") {
+  auto backend = NewCpuBackend();
+  struct Want {
+    const char* name;
+    size_t params;
+    size_t tensors;
+  };
+  for (Want w : {Want{"mlp", 235146, 6}, Want{"mlp-wide", 5824522, 6}, Want{"lenet5", 61706, 10}}) {
+    auto spec = BuiltinModel(w.name);
+    REQUIRE(spec.ok());
+    auto m = Model::Create(*spec, backend.get(), 4);
+    REQUIRE(m.ok());
+    CHECK((*m)->num_params() == w.params);
+    CHECK((*m)->tensors().size() == w.tensors);
+    size_t next = 0;
+    for (const TensorInfo& t : (*m)->tensors()) {
+      CHECK(t.offset == next);  // contiguous, in order, no gaps
+      size_t prod = 1;
+      for (int d : t.shape) prod *= d;
+      CHECK(prod == t.size);
+      next += t.size;
+    }
+    CHECK(next == w.params);
+  }
+  CHECK(BuiltinModel("resnet").status().message().find("unknown model 'resnet'") !=
+        std::string::npos);
+}
+
+TEST_CASE("initial parameters are deterministic per seed", "[model]") {
+  auto backend = NewCpuBackend();
+  auto m = Model::Create(*BuiltinModel("mlp"), backend.get(), 1);
+  REQUIRE(m.ok());
+  auto a = (*m)->InitialParameters(42), b = (*m)->InitialParameters(42),
+       c = (*m)->InitialParameters(43);
+  CHECK(a == b);
+  CHECK(a != c);
+  // He-uniform bound of the first layer: sqrt(6 / 784).
+  const float limit = std::sqrt(6.f / 784.f);
+  CHECK(
+      std::all_of(a.begin(), a.begin() + 784 * 256, [&](float v) { return std::abs(v) <= limit; }));
+}
+
+TEST_CASE("bad inputs are errors, not crashes", "[model]") {
+  auto backend = NewCpuBackend();
+  auto m = Model::Create(*BuiltinModel("mlp"), backend.get(), 8);
+  REQUIRE(m.ok());
+  Model& model = **m;
+  std::vector<float> grad(model.num_params());
+  Batch b = RandomBatch(model, 9, 1);
+  CHECK(model.SetParameters(std::vector<float>(3)).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(!model.ComputeGradients(b.x.data(), b.y.data(), 9, absl::MakeSpan(grad)).ok());  // > batch
+  CHECK(!model.ComputeGradients(b.x.data(), b.y.data(), 0, absl::MakeSpan(grad)).ok());
+  b.y[2] = 10;
+  auto bad_label = model.ComputeGradients(b.x.data(), b.y.data(), 4, absl::MakeSpan(grad));
+  CHECK(bad_label.status().message().find("label 10") != std::string::npos);
+  std::vector<float> short_grad(5);
+  CHECK(!model.ComputeGradients(b.x.data(), b.y.data(), 2, absl::MakeSpan(short_grad)).ok());
+  CHECK(!Model::Create(*BuiltinModel("mlp"), backend.get(), 0).ok());
+  CHECK(!Model::Create(Small(1, 4, 4, {LayerSpec::Dense(7)}), backend.get(), 1).ok());
+  CHECK(!Model::Create(Small(1, 4, 4, {LayerSpec::Conv(2, 5, 0), LayerSpec::Dense(10)}),
+                       backend.get(), 1)
+             .ok());
+}
+
+TEST_CASE("mlp learns Fashion-MNIST on the CPU backend", "[model][data]") {
+  auto train = LoadFashionMnist("/usr/share/datasets/fashion-mnist", true);
+  auto test = LoadFashionMnist("/usr/share/datasets/fashion-mnist", false);
+  REQUIRE(train.ok());
+  REQUIRE(test.ok());
+  auto backend = NewCpuBackend();
+  const int batch = 64;
+  auto m = Model::Create(*BuiltinModel("mlp"), backend.get(), batch);
+  REQUIRE(m.ok());
+  Model& model = **m;
+  std::vector<float> params = model.InitialParameters(1);
+  OptimizerConfig oc;
+  oc.learning_rate = 0.05f;
+  OptimizerState opt(oc, params.size());
+  std::vector<float> grad(params.size());
+  const size_t px = train->pixels_per_image();
+  std::vector<uint32_t> order = ShardIndices(train->size(), 0, 1, 5);
+  std::vector<float> x(batch * px);
+  std::vector<uint8_t> y(batch);
+  float first_loss = 0, loss = 0;
+  for (int step = 0; step < 400; ++step) {
+    for (int i = 0; i < batch; ++i) {
+      const uint32_t s = order[(step * batch + i) % order.size()];
+      std::copy_n(train->pixels.begin() + size_t(s) * px, px, x.begin() + size_t(i) * px);
+      y[i] = train->labels[s];
+    }
+    REQUIRE(model.SetParameters(params).ok());
+    auto l = model.ComputeGradients(x.data(), y.data(), batch, absl::MakeSpan(grad));
+    REQUIRE(l.ok());
+    if (step == 0) first_loss = *l;
+    loss = *l;
+    opt.Apply(absl::MakeSpan(params), grad);
+  }
+  REQUIRE(model.SetParameters(params).ok());
+  auto eval = model.Evaluate(test->pixels.data(), test->labels.data(), 2000);
+  REQUIRE(eval.ok());
+  INFO("loss " << first_loss << " -> " << loss << ", test accuracy " << eval->accuracy);
+  CHECK(first_loss > 1.5f);
+  CHECK(eval->accuracy > 0.75);
+  CHECK(eval->samples == 2000);
+}
+
+}  // namespace
+}  // namespace train
+}  // namespace hetps

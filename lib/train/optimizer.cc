@@ -1,0 +1,78 @@
+#include "lib/train/optimizer.h"
+
+#include <cassert>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace hetps {
+namespace train {
+
+absl::StatusOr<OptimizerConfig::Kind> ParseOptimizerKind(const std::string& s) {
+  if (s == "sgd") return OptimizerConfig::Kind::kSgd;
+  if (s == "adam") return OptimizerConfig::Kind::kAdam;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown optimizer '", s, "' (expected sgd or adam)"));
+}
+
+const char* OptimizerKindName(OptimizerConfig::Kind kind) {
+  return kind == OptimizerConfig::Kind::kSgd ? "sgd" : "adam";
+}
+
+absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
+  auto bad = [](const char* what, double v, const char* range) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer: ", what, " = ", v, " is outside ", range));
+  };
+  if (!(c.learning_rate > 0 && c.learning_rate <= 10)) {
+    return bad("learning_rate", c.learning_rate, "(0, 10]");
+  }
+  if (!(c.momentum >= 0 && c.momentum < 1)) return bad("momentum", c.momentum, "[0, 1)");
+  if (!(c.beta1 >= 0 && c.beta1 < 1)) return bad("beta1", c.beta1, "[0, 1)");
+  if (!(c.beta2 >= 0 && c.beta2 < 1)) return bad("beta2", c.beta2, "[0, 1)");
+  if (!(c.epsilon > 0 && c.epsilon < 1)) return bad("epsilon", c.epsilon, "(0, 1)");
+  if (!(c.weight_decay >= 0 && c.weight_decay < 1)) {
+    return bad("weight_decay", c.weight_decay, "[0, 1)");
+  }
+  return absl::OkStatus();
+}
+
+OptimizerState::OptimizerState(const OptimizerConfig& config, size_t size)
+    : config_(config), size_(size), slot1_(size, 0.f) {
+  if (config_.kind == OptimizerConfig::Kind::kAdam) slot2_.assign(size, 0.f);
+}
+
+void OptimizerState::Apply(absl::Span<float> params, absl::Span<const float> grad) {
+  // Sizes are fixed by the chunk layout the owner built us from.
+  assert(params.size() == size_ && grad.size() == size_);
+  ++steps_;
+  float* __restrict p = params.data();
+  const float* __restrict g = grad.data();
+  float* __restrict s1 = slot1_.data();
+  const float lr = config_.learning_rate, wd = config_.weight_decay;
+  const size_t n = size_;
+  if (config_.kind == OptimizerConfig::Kind::kSgd) {
+    const float mu = config_.momentum;
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = g[i] + wd * p[i];
+      s1[i] = mu * s1[i] + gi;
+      p[i] -= lr * s1[i];
+    }
+    return;
+  }
+  float* __restrict s2 = slot2_.data();
+  const float b1 = config_.beta1, b2 = config_.beta2, eps = config_.epsilon;
+  // Bias corrections in double, once per step.
+  const double t = static_cast<double>(steps_);
+  const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(double(b1), t)));
+  const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(double(b2), t)));
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i] + wd * p[i];
+    s1[i] = b1 * s1[i] + (1.f - b1) * gi;
+    s2[i] = b2 * s2[i] + (1.f - b2) * gi * gi;
+    p[i] -= lr * (s1[i] * c1) / (std::sqrt(s2[i] * c2) + eps);
+  }
+}
+
+}  // namespace train
+}  // namespace hetps

@@ -1,0 +1,65 @@
+// Server-side optimizers over a contiguous range of parameters (a chunk):
+// SGD with momentum and Adam. Element-wise, so applying them chunk by chunk
+// gives bit-identical results to applying them to the whole vector; that is
+// what lets a sharded parameter server match single-process training.
+//
+// OptimizerState owns the per-element slots (velocity, or Adam's moments)
+// for one range. Not thread-safe; one owner per chunk.
+#ifndef HETPS_LIB_TRAIN_OPTIMIZER_H_
+#define HETPS_LIB_TRAIN_OPTIMIZER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace hetps {
+namespace train {
+
+struct OptimizerConfig {
+  enum class Kind { kSgd, kAdam };
+  Kind kind = Kind::kSgd;
+  float learning_rate = 0.05f;
+  float momentum = 0.9f;      // SGD; 0 is plain SGD
+  float beta1 = 0.9f;         // Adam
+  float beta2 = 0.999f;       // Adam
+  float epsilon = 1e-8f;      // Adam
+  float weight_decay = 0.0f;  // L2, added to the gradient
+};
+
+absl::StatusOr<OptimizerConfig::Kind> ParseOptimizerKind(const std::string& s);
+const char* OptimizerKindName(OptimizerConfig::Kind kind);
+// Ranges: learning_rate in (0, 10], momentum and betas in [0, 1), epsilon > 0,
+// weight_decay in [0, 1).
+absl::Status ValidateOptimizerConfig(const OptimizerConfig& c);
+
+class OptimizerState {
+ public:
+  OptimizerState(const OptimizerConfig& config, size_t size);
+
+  // One step: params -= update(grad). Both spans must have size() elements.
+  //   SGD:  v = momentum * v + g;  p -= lr * v        (g includes weight decay)
+  //   Adam: m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+  //         p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+  void Apply(absl::Span<float> params, absl::Span<const float> grad);
+
+  size_t size() const { return size_; }
+  uint64_t steps() const { return steps_; }
+  const OptimizerConfig& config() const { return config_; }
+
+ private:
+  OptimizerConfig config_;
+  size_t size_;
+  uint64_t steps_ = 0;
+  std::vector<float> slot1_;  // SGD velocity, or Adam first moment
+  std::vector<float> slot2_;  // Adam second moment
+};
+
+}  // namespace train
+}  // namespace hetps
+
+#endif  // HETPS_LIB_TRAIN_OPTIMIZER_H_

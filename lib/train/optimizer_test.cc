@@ -1,0 +1,100 @@
+#include "lib/train/optimizer.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <random>
+
+namespace hetps {
+namespace train {
+namespace {
+
+TEST_CASE("SGD with momentum follows v = mu v + g, p -= lr v", "[optimizer]") {
+  OptimizerConfig c;
+  c.learning_rate = 0.5f;
+  c.momentum = 0.9f;
+  OptimizerState s(c, 2);
+  std::vector<float> p = {1.f, -2.f};
+  const std::vector<float> g = {0.2f, -0.4f};
+  s.Apply(absl::MakeSpan(p), g);  // v = g
+  CHECK(p[0] == Approx(1.f - 0.5f * 0.2f));
+  CHECK(p[1] == Approx(-2.f + 0.5f * 0.4f));
+  s.Apply(absl::MakeSpan(p), g);  // v = 0.9 g + g = 1.9 g
+  CHECK(p[0] == Approx(0.9f - 0.5f * 0.38f));
+  CHECK(p[1] == Approx(-1.8f + 0.5f * 0.76f));
+  CHECK(s.steps() == 2);
+}
+
+TEST_CASE("Adam's first step moves each weight by about lr * sign(g)", "[optimizer]") {
+  OptimizerConfig c;
+  c.kind = OptimizerConfig::Kind::kAdam;
+  c.learning_rate = 0.01f;
+  OptimizerState s(c, 3);
+  std::vector<float> p = {0.f, 0.f, 0.f};
+  s.Apply(absl::MakeSpan(p), std::vector<float>{3.f, -0.001f, 0.f});
+  CHECK(p[0] == Approx(-0.01f).epsilon(1e-4));
+  CHECK(p[1] == Approx(0.01f).epsilon(1e-3));
+  CHECK(p[2] == 0.f);
+  // Second step with the same gradient: still about lr per step.
+  s.Apply(absl::MakeSpan(p), std::vector<float>{3.f, -0.001f, 0.f});
+  CHECK(p[0] == Approx(-0.02f).epsilon(1e-3));
+}
+
+TEST_CASE("weight decay adds wd * p to the gradient", "[optimizer]") {
+  OptimizerConfig c;
+  c.learning_rate = 1.f;
+  c.momentum = 0.f;
+  c.weight_decay = 0.1f;
+  OptimizerState s(c, 1);
+  std::vector<float> p = {2.f};
+  s.Apply(absl::MakeSpan(p), std::vector<float>{0.f});
+  CHECK(p[0] == Approx(1.8f));
+}
+
+TEST_CASE("applying chunk by chunk is bit-identical to the whole vector", "[optimizer]") {
+  for (auto kind : {OptimizerConfig::Kind::kSgd, OptimizerConfig::Kind::kAdam}) {
+    OptimizerConfig c;
+    c.kind = kind;
+    c.weight_decay = 1e-4f;
+    const size_t n = 1000, chunk = 128;
+    std::mt19937 rng(9);
+    std::normal_distribution<float> d;
+    std::vector<float> whole(n), grad(n);
+    for (auto& v : whole) v = d(rng);
+    std::vector<float> chunked = whole;
+    OptimizerState all(c, n);
+    std::vector<OptimizerState> parts;
+    for (size_t off = 0; off < n; off += chunk) parts.emplace_back(c, std::min(chunk, n - off));
+    for (int step = 0; step < 5; ++step) {
+      for (auto& v : grad) v = d(rng);
+      all.Apply(absl::MakeSpan(whole), grad);
+      for (size_t k = 0; k < parts.size(); ++k) {
+        const size_t off = k * chunk, len = parts[k].size();
+        parts[k].Apply(absl::MakeSpan(chunked).subspan(off, len),
+                       absl::MakeConstSpan(grad).subspan(off, len));
+      }
+    }
+    CHECK(whole == chunked);
+  }
+}
+
+TEST_CASE("optimizer config validation names the field", "[optimizer]") {
+  OptimizerConfig c;
+  CHECK(ValidateOptimizerConfig(c).ok());
+  c.learning_rate = 0;
+  CHECK(ValidateOptimizerConfig(c).message().find("learning_rate") != std::string::npos);
+  c = OptimizerConfig();
+  c.momentum = 1.f;
+  CHECK(ValidateOptimizerConfig(c).message().find("momentum") != std::string::npos);
+  c = OptimizerConfig();
+  c.beta2 = -0.1f;
+  CHECK(!ValidateOptimizerConfig(c).ok());
+  c = OptimizerConfig();
+  c.learning_rate = std::nanf("");
+  CHECK(!ValidateOptimizerConfig(c).ok());
+  CHECK(ParseOptimizerKind("adam").value() == OptimizerConfig::Kind::kAdam);
+  CHECK(ParseOptimizerKind("rmsprop").status().message().find("rmsprop") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace train
+}  // namespace hetps
