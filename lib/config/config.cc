@@ -1,9 +1,11 @@
 #include "lib/config/config.h"
 
+
 #include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -205,8 +207,14 @@ std::string ConfigSchema::ValueText(const Field& f) {
       return *static_cast<const std::string*>(f.ptr);
     case Type::kInt:
       return absl::StrCat(*static_cast<const int64_t*>(f.ptr));
-    case Type::kDouble:
-      return absl::StrCat(*static_cast<const double*>(f.ptr));
+    case Type::kDouble: {
+      // Shortest text that reads back to the same double (job specs travel
+      // as text and must reproduce training exactly).
+      const double d = *static_cast<const double*>(f.ptr);
+      std::string t = absl::StrFormat("%.15g", d);
+      if (std::strtod(t.c_str(), nullptr) != d) t = absl::StrFormat("%.17g", d);
+      return t;
+    }
     case Type::kBool:
       return *static_cast<const bool*>(f.ptr) ? "true" : "false";
   }

@@ -1,0 +1,100 @@
+#include "lib/job/job_spec.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/status_macros.h"
+#include "lib/config/config.h"
+#include "lib/train/model.h"
+
+namespace hetps {
+namespace {
+
+void Bind(ConfigSchema& s, JobSpec& j) {
+  s.String("name", &j.name, "job name, shown by psctl job status");
+  s.Enum("model", &j.model, "model to train", train::BuiltinModelNames());
+  s.String("dataset", &j.dataset, "directory holding the Fashion-MNIST IDX files");
+  s.Enum("optimizer", &j.optimizer, "server-side optimizer", {"sgd", "adam"});
+  s.Double("learning_rate", &j.learning_rate, "learning rate", 1e-9, 10);
+  s.Double("momentum", &j.momentum, "SGD momentum", 0, 0.9999);
+  s.Double("beta1", &j.beta1, "Adam beta1", 0, 0.9999);
+  s.Double("beta2", &j.beta2, "Adam beta2", 0, 0.999999);
+  s.Double("epsilon", &j.epsilon, "Adam epsilon", 1e-12, 0.1);
+  s.Double("weight_decay", &j.weight_decay, "L2 weight decay", 0, 0.5);
+  s.Int("batch_size", &j.batch_size, "samples per worker per iteration", 1, 65536);
+  s.Int("iterations", &j.iterations, "iterations to run (or set epochs)", 0, 100'000'000);
+  s.Int("epochs", &j.epochs, "passes over each worker's shard (or set iterations)", 0, 10'000);
+  s.Int("chunk_size", &j.chunk_size, "floats per parameter chunk", 64, 64 << 20);
+  s.Int("seed", &j.seed, "seed for initial parameters and data order", 0, INT64_MAX);
+  s.Int("eval_every", &j.eval_every, "iterations between test evaluations (0: at the end)", 0,
+        100'000'000);
+  s.Int("eval_samples", &j.eval_samples, "test samples per evaluation", 1, 1'000'000);
+  s.Int("round_deadline_ms", &j.round_deadline_ms,
+        "a round closes with the workers that arrived by then", 10, 3'600'000);
+  s.Enum("backend", &j.backend, "compute backend on workers", {"auto", "cpu", "cuda"});
+}
+
+absl::Status Validate(const JobSpec& j, absl::string_view origin) {
+  if ((j.iterations > 0) == (j.epochs > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": set exactly one of 'iterations' and 'epochs' (both are ",
+                     j.iterations > 0 ? "set" : "unset", ")"));
+  }
+  if (j.name.empty() || j.name.size() > 128) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": 'name' must be 1 to 128 characters"));
+  }
+  if (j.dataset.empty())
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": 'dataset' is empty"));
+  absl::Status s = train::ValidateOptimizerConfig(j.optimizer_config());
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(origin, ": ", s.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+train::OptimizerConfig JobSpec::optimizer_config() const {
+  train::OptimizerConfig c;
+  c.kind = optimizer == "adam" ? train::OptimizerConfig::Kind::kAdam
+                               : train::OptimizerConfig::Kind::kSgd;
+  c.learning_rate = static_cast<float>(learning_rate);
+  c.momentum = static_cast<float>(momentum);
+  c.beta1 = static_cast<float>(beta1);
+  c.beta2 = static_cast<float>(beta2);
+  c.epsilon = static_cast<float>(epsilon);
+  c.weight_decay = static_cast<float>(weight_decay);
+  return c;
+}
+
+int64_t JobSpec::TotalIterations(uint64_t train_samples, uint32_t workers) const {
+  if (iterations > 0) return iterations;
+  const uint64_t shard = workers == 0 ? train_samples : train_samples / workers;
+  const uint64_t per_epoch = (shard + batch_size - 1) / batch_size;
+  return static_cast<int64_t>(per_epoch) * epochs;
+}
+
+absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view yaml, absl::string_view origin) {
+  JobSpec j;
+  ConfigSchema schema("job");
+  Bind(schema, j);
+  RETURN_IF_ERROR(schema.LoadYamlString(yaml, origin));
+  RETURN_IF_ERROR(Validate(j, origin));
+  return j;
+}
+
+absl::StatusOr<JobSpec> ParseJobSpecFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read job file '", path, "'"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseJobSpec(ss.str(), path);
+}
+
+std::string JobSpecToYaml(const JobSpec& spec) {
+  JobSpec copy = spec;
+  ConfigSchema schema("job");
+  Bind(schema, copy);
+  return schema.DumpYaml();
+}
+
+}  // namespace hetps

@@ -1,0 +1,54 @@
+// A training job as an operator writes it: a flat YAML mapping parsed with
+// the same ConfigSchema as the daemon configs (unknown keys, wrong types and
+// out-of-range values are errors naming the key and line), then checked
+// across fields. The validated text travels unchanged from psctl through
+// schedd to every daemon, so they all train the same job.
+//
+// Pure apart from ParseJobSpecFile's read. Values are plain structs.
+#ifndef HETPS_LIB_JOB_JOB_SPEC_H_
+#define HETPS_LIB_JOB_JOB_SPEC_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "lib/train/optimizer.h"
+
+namespace hetps {
+
+struct JobSpec {
+  std::string name = "fashion-mnist-mlp";
+  std::string model = "mlp";
+  std::string dataset = "/usr/share/datasets/fashion-mnist";
+  std::string optimizer = "sgd";
+  double learning_rate = 0.05;
+  double momentum = 0.9;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1e-8;
+  double weight_decay = 0.0;
+  int64_t batch_size = 64;  // per worker
+  int64_t iterations = 0;   // exactly one of iterations and epochs is > 0
+  int64_t epochs = 0;
+  int64_t chunk_size = 16384;  // floats per parameter chunk
+  int64_t seed = 1;
+  int64_t eval_every = 200;          // iterations between test-set evaluations; 0 = only at the end
+  int64_t eval_samples = 10000;      // test samples per evaluation (first N of the test split)
+  int64_t round_deadline_ms = 5000;  // a BSP round closes with whoever arrived by then
+  std::string backend = "auto";      // auto | cpu | cuda
+
+  train::OptimizerConfig optimizer_config() const;
+  // Iterations the job runs for `train_samples` training samples split over
+  // `workers` workers (epochs are counted on each worker's shard).
+  int64_t TotalIterations(uint64_t train_samples, uint32_t workers) const;
+};
+
+absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view yaml, absl::string_view origin);
+absl::StatusOr<JobSpec> ParseJobSpecFile(const std::string& path);
+// The spec as YAML that ParseJobSpec reads back to an equal spec.
+std::string JobSpecToYaml(const JobSpec& spec);
+
+}  // namespace hetps
+
+#endif  // HETPS_LIB_JOB_JOB_SPEC_H_

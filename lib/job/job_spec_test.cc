@@ -1,0 +1,61 @@
+#include "lib/job/job_spec.h"
+
+#include <catch2/catch.hpp>
+
+namespace hetps {
+namespace {
+
+TEST_CASE("a minimal job gets the documented defaults", "[job]") {
+  auto j = ParseJobSpec("iterations: 100\n", "job.yaml");
+  REQUIRE(j.ok());
+  CHECK(j->model == "mlp");
+  CHECK(j->batch_size == 64);
+  CHECK(j->optimizer_config().kind == train::OptimizerConfig::Kind::kSgd);
+  CHECK(j->TotalIterations(60000, 2) == 100);
+}
+
+TEST_CASE("epochs count iterations over each worker's shard", "[job]") {
+  auto j = ParseJobSpec("epochs: 2\nbatch_size: 100\n", "job.yaml");
+  REQUIRE(j.ok());
+  CHECK(j->TotalIterations(60000, 2) == 600);   // 30000 / 100 * 2
+  CHECK(j->TotalIterations(60001, 1) == 1202);  // a partial last batch counts
+}
+
+TEST_CASE("bad jobs are errors naming the key", "[job]") {
+  auto msg = [](const char* yaml) {
+    auto j = ParseJobSpec(yaml, "job.yaml");
+    return j.ok() ? std::string("ok") : std::string(j.status().message());
+  };
+  CHECK(msg("iterations: 10\nmodel: resnet\n").find("model") != std::string::npos);
+  CHECK(msg("iterations: 10\nlearning_rat: 0.1\n").find("unknown key 'learning_rat'") !=
+        std::string::npos);
+  CHECK(msg("iterations: 10\nbatch_size: 0\n").find("batch_size") != std::string::npos);
+  CHECK(msg("iterations: ten\n").find("iterations") != std::string::npos);
+  CHECK(msg("model: mlp\n").find("exactly one of 'iterations' and 'epochs'") != std::string::npos);
+  CHECK(msg("iterations: 5\nepochs: 1\n").find("both are set") != std::string::npos);
+  CHECK(msg("iterations: 5\noptimizer: lbfgs\n").find("optimizer") != std::string::npos);
+  CHECK(msg("iterations: 5\nname: \"\"\n").find("'name'") != std::string::npos);
+  CHECK(msg("- a\n- b\n") != "ok");
+  CHECK(!ParseJobSpecFile("/nonexistent/job.yaml").ok());
+}
+
+TEST_CASE("a spec survives the trip to YAML and back exactly", "[job]") {
+  auto j = ParseJobSpec(
+      "name: wide\nmodel: mlp-wide\noptimizer: adam\nlearning_rate: 0.0012345678901234\n"
+      "epochs: 3\nseed: 77\nchunk_size: 4096\nbackend: cpu\n",
+      "job.yaml");
+  REQUIRE(j.ok());
+  auto back = ParseJobSpec(JobSpecToYaml(*j), "round trip");
+  REQUIRE(back.ok());
+  CHECK(back->name == "wide");
+  CHECK(back->model == "mlp-wide");
+  CHECK(back->learning_rate == j->learning_rate);
+  CHECK(back->epsilon == j->epsilon);
+  CHECK(back->epochs == 3);
+  CHECK(back->seed == 77);
+  CHECK(back->chunk_size == 4096);
+  CHECK(back->backend == "cpu");
+}
+
+}  // namespace
+}  // namespace hetps
