@@ -1,0 +1,53 @@
+#include "lib/data/sampler.h"
+
+#include <utility>
+
+#include "lib/data/idx.h"
+
+namespace hetps {
+namespace {
+
+uint64_t Mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+ShardSampler::ShardSampler(size_t n, uint32_t worker, uint32_t workers, uint64_t seed,
+                           uint32_t batch)
+    : shard_(ShardIndices(n, worker, workers, seed)),
+      worker_(worker),
+      seed_(seed),
+      batch_(batch == 0 ? 1 : batch) {}
+
+uint64_t ShardSampler::EpochOf(uint64_t iteration) const {
+  return shard_.empty() ? 0 : iteration * batch_ / shard_.size();
+}
+
+const std::vector<uint32_t>& ShardSampler::Order(uint64_t epoch) {
+  if (epoch == cached_epoch_) return order_;
+  order_ = shard_;
+  // Fisher-Yates from a counter-based stream: platform-independent.
+  uint64_t state = Mix(seed_ ^ Mix(0x5EED0000ull + worker_) ^ Mix(epoch * 0x9E3779B97F4A7C15ull));
+  for (size_t i = order_.size(); i > 1; --i) {
+    state = Mix(state + 0x9E3779B97F4A7C15ull);
+    std::swap(order_[i - 1], order_[state % i]);
+  }
+  cached_epoch_ = epoch;
+  return order_;
+}
+
+std::vector<uint32_t> ShardSampler::Batch(uint64_t iteration) {
+  std::vector<uint32_t> out;
+  if (shard_.empty()) return out;
+  out.reserve(batch_);
+  const uint64_t first = iteration * batch_;
+  for (uint64_t pos = first; pos < first + batch_; ++pos) {
+    out.push_back(Order(pos / shard_.size())[pos % shard_.size()]);
+  }
+  return out;
+}
+
+}  // namespace hetps
