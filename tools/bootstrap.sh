@@ -18,6 +18,8 @@ PACKAGES=(
   # Tests: Catch2 v2 with Debian's prebuilt main; promtool (prometheus) checks
   # the exposition format; curl scrapes /metrics.
   catch2 prometheus curl
+  # Fuzzing: clang with libFuzzer and the sanitizer runtimes.
+  clang-14 libclang-rt-14-dev
   # Network testbed tools (ip netns, tc, nft) and process utilities.
   iproute2 procps
 )

@@ -6,6 +6,8 @@
 # GPU-tagged targets run only where a GPU is present; elsewhere they are
 # counted as skipped.
 #
+# Then runs every libFuzzer target for HETPS_FUZZ_SECONDS (default 60; 0 skips).
+#
 # usage: tools/test.sh [extra bazel flags, e.g. --config=asan]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -71,6 +73,30 @@ fi
 if [ "$passed" -eq 0 ] && [ "$failed" -eq 0 ]; then
   echo "test: no test ran"
   failed=1
+fi
+
+# Fuzz targets (libFuzzer, ASan + UBSan): each counts as one test.
+fuzz_seconds=${HETPS_FUZZ_SECONDS:-60}
+if [ "$fuzz_seconds" -gt 0 ]; then
+  echo
+  echo "test: fuzzing each target for ${fuzz_seconds}s"
+  fuzz_log=$(mktemp)
+  bash tools/fuzz.sh "$fuzz_seconds" >"$fuzz_log" 2>&1
+  fuzz_rc=$?
+  fuzz_failed=0
+  while read -r line; do
+    echo "  $line"
+    case "$line" in
+      *" PASSED "*) passed=$((passed + 1)) ;;
+      *) failed=$((failed + 1)); fuzz_failed=$((fuzz_failed + 1)) ;;
+    esac
+  done < <(grep -E '^fuzz: ' "$fuzz_log")
+  if [ "$fuzz_rc" -ne 0 ] && [ "$fuzz_failed" -eq 0 ]; then
+    echo "test: tools/fuzz.sh exited $fuzz_rc"
+    tail -n 20 "$fuzz_log"
+    failed=$((failed + 1))
+  fi
+  rm -f "$fuzz_log"
 fi
 
 summary="$passed passed, $failed failed"

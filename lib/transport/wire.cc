@@ -1,0 +1,125 @@
+#include "lib/transport/wire.h"
+
+#include <cstring>
+
+namespace hetps {
+namespace transport {
+namespace {
+
+// Explicit little-endian stores and loads: correct on any host, and compiled
+// to plain moves on x86 and ARM.
+inline void Put16(uint8_t* p, uint16_t v) {
+  p[0] = uint8_t(v);
+  p[1] = uint8_t(v >> 8);
+}
+inline void Put32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
+}
+inline void Put64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i));
+}
+inline uint16_t Get16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
+inline uint32_t Get32(const uint8_t* p) {
+  return uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
+}
+inline uint64_t Get64(const uint8_t* p) {
+  return uint64_t(Get32(p)) | (uint64_t(Get32(p + 4)) << 32);
+}
+
+}  // namespace
+
+const char* DropReasonName(DropReason r) {
+  switch (r) {
+    case DropReason::kNone:
+      return "none";
+    case DropReason::kTruncated:
+      return "truncated";
+    case DropReason::kOversized:
+      return "oversized";
+    case DropReason::kBadMagic:
+      return "bad_magic";
+    case DropReason::kBadVersion:
+      return "bad_version";
+    case DropReason::kBadType:
+      return "bad_type";
+    case DropReason::kBadFlags:
+      return "bad_flags";
+    case DropReason::kMisaligned:
+      return "misaligned";
+    case DropReason::kBadSequence:
+      return "bad_sequence";
+    case DropReason::kBadPayload:
+      return "bad_payload";
+    case DropReason::kForged:
+      return "forged";
+    case DropReason::kReplayed:
+      return "replayed";
+    case DropReason::kUnexpected:
+      return "unexpected";
+    case DropReason::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+// Layout (offsets in bytes):
+//  0 magic u16 | 2 version u8 | 3 type u8 | 4 flags u8 | 5 reserved u8 (0)
+//  6 payload_bytes u16 | 8 session u64 | 16 flow_id u32 | 20 seq u32
+// 24 total_packets u32 | 28 chunk_id u32 | 32 chunk_offset u32
+// 36 iteration u32 | 40 rtprop_us u32 | 44 btlbw_kbps u32 | 48 payload
+void EncodeHeader(const Header& h, uint8_t* out) {
+  Put16(out + 0, kMagic);
+  out[2] = kVersion;
+  out[3] = static_cast<uint8_t>(h.type);
+  out[4] = h.flags;
+  out[5] = 0;
+  Put16(out + 6, h.payload_bytes);
+  Put64(out + 8, h.session);
+  Put32(out + 16, h.flow_id);
+  Put32(out + 20, h.seq);
+  Put32(out + 24, h.total_packets);
+  Put32(out + 28, h.chunk_id);
+  Put32(out + 32, h.chunk_offset);
+  Put32(out + 36, h.iteration);
+  Put32(out + 40, h.rtprop_us);
+  Put32(out + 44, h.btlbw_kbps);
+}
+
+DropReason Decode(const uint8_t* data, size_t len, Packet* p) {
+  if (data == nullptr || len < kHeaderBytes) return DropReason::kTruncated;
+  if (len > kDatagramBytesMax) return DropReason::kOversized;
+  if (Get16(data) != kMagic) return DropReason::kBadMagic;
+  if (data[2] != kVersion) return DropReason::kBadVersion;
+  const uint8_t type = data[3];
+  if (type < uint8_t(PacketType::kData) || type > uint8_t(PacketType::kStop)) {
+    return DropReason::kBadType;
+  }
+  Header& h = p->header;
+  h.type = static_cast<PacketType>(type);
+  h.flags = data[4];
+  if ((h.flags & ~kFlagsKnown) != 0 || data[5] != 0) return DropReason::kBadFlags;
+  h.payload_bytes = Get16(data + 6);
+  if (len < kHeaderBytes + h.payload_bytes) return DropReason::kTruncated;
+  if (len > kHeaderBytes + h.payload_bytes) return DropReason::kOversized;
+  if (h.type == PacketType::kData) {
+    if (h.payload_bytes == 0) return DropReason::kBadPayload;
+    if (h.payload_bytes % sizeof(float) != 0) return DropReason::kMisaligned;
+  } else if (h.payload_bytes != 0) {
+    return DropReason::kBadPayload;
+  }
+  h.session = Get64(data + 8);
+  h.flow_id = Get32(data + 16);
+  h.seq = Get32(data + 20);
+  h.total_packets = Get32(data + 24);
+  if (h.total_packets == 0 || h.seq >= h.total_packets) return DropReason::kBadSequence;
+  h.chunk_id = Get32(data + 28);
+  h.chunk_offset = Get32(data + 32);
+  h.iteration = Get32(data + 36);
+  h.rtprop_us = Get32(data + 40);
+  h.btlbw_kbps = Get32(data + 44);
+  p->payload = data + kHeaderBytes;
+  return DropReason::kNone;
+}
+
+}  // namespace transport
+}  // namespace hetps

@@ -1,0 +1,87 @@
+// Data-plane wire format, version 1 (spec: docs/wire-format.md).
+//
+// Every datagram is a fixed 48-byte header followed by a payload. All
+// integers are little-endian; DATA payloads are little-endian float32 values
+// (payload_bytes is a multiple of 4, so no value is ever split across
+// packets). The codec is pure: bytes in, a Packet or a DropReason out; it
+// never allocates, never reads past the given length, and is fuzzed
+// (fuzz/wire_fuzz.cc). Thread-safe (no state).
+#ifndef HETPS_LIB_TRANSPORT_WIRE_H_
+#define HETPS_LIB_TRANSPORT_WIRE_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace hetps {
+namespace transport {
+
+constexpr uint16_t kMagic = 0x5048;  // bytes 'H' 'P' on the wire
+constexpr uint8_t kVersion = 1;
+constexpr size_t kHeaderBytes = 48;
+// Largest datagram we send or accept: fits loopback and jumbo links; WAN
+// links use the configured packet size (default 1400 bytes of payload).
+constexpr size_t kDatagramBytesMax = 65000;
+constexpr size_t kPayloadBytesMax = kDatagramBytesMax - kHeaderBytes;
+
+enum class PacketType : uint8_t {
+  kData = 1,  // payload: float32 values of one chunk, from chunk_offset
+  kAck = 2,   // acknowledges `seq` of `flow_id`; no payload
+  kStop = 3,  // receiver closed the flow (complete, or early close): stop sending
+};
+
+enum PacketFlags : uint8_t {
+  kFlagCritical = 1 << 0,  // must be delivered (importance "11" in the LTP paper)
+  kFlagLast = 1 << 1,      // last packet of its tensor / flow (informational)
+};
+constexpr uint8_t kFlagsKnown = kFlagCritical | kFlagLast;
+
+struct Header {
+  PacketType type = PacketType::kData;
+  uint8_t flags = 0;
+  uint16_t payload_bytes = 0;
+  uint64_t session = 0;        // job token from the control plane
+  uint32_t flow_id = 0;        // unique per sender and transfer
+  uint32_t seq = 0;            // packet index within the flow, < total_packets
+  uint32_t total_packets = 0;  // packets in the flow (>= 1)
+  uint32_t chunk_id = 0;
+  uint32_t chunk_offset = 0;  // in floats, within the chunk
+  uint32_t iteration = 0;
+  uint32_t rtprop_us = 0;   // sender's round-trip propagation estimate (0: none yet)
+  uint32_t btlbw_kbps = 0;  // sender's bottleneck bandwidth estimate (0: none yet)
+};
+
+// Why a datagram was dropped. Each reason is a counter label.
+enum class DropReason : uint8_t {
+  kNone = 0,
+  kTruncated,  // shorter than the header, or than header + payload_bytes
+  kOversized,  // longer than header + payload_bytes, or over kDatagramBytesMax
+  kBadMagic,
+  kBadVersion,
+  kBadType,
+  kBadFlags,     // unknown flag bits
+  kMisaligned,   // DATA payload not a whole number of floats
+  kBadSequence,  // total_packets == 0 or seq >= total_packets
+  kBadPayload,   // ACK/STOP with a payload, or DATA without one
+  kForged,       // session token does not match (decided by the endpoint)
+  kReplayed,     // duplicate of a delivered packet, or a closed/old flow (endpoint)
+  kUnexpected,   // well-formed but no receiver wants this flow (endpoint)
+  kCount,
+};
+const char* DropReasonName(DropReason r);
+
+struct Packet {
+  Header header;
+  const uint8_t* payload = nullptr;  // points into the decoded buffer
+};
+
+// Writes the header into out[0, kHeaderBytes).
+void EncodeHeader(const Header& h, uint8_t* out);
+
+// Decodes and validates one datagram of `len` bytes. On success fills `*p`
+// (payload aliases `data`) and returns kNone.
+DropReason Decode(const uint8_t* data, size_t len, Packet* p);
+
+}  // namespace transport
+}  // namespace hetps
+
+#endif  // HETPS_LIB_TRANSPORT_WIRE_H_

@@ -1,0 +1,128 @@
+#include "lib/transport/wire.h"
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <vector>
+
+namespace hetps {
+namespace transport {
+namespace {
+
+Header DataHeader(uint16_t payload_bytes) {
+  Header h;
+  h.type = PacketType::kData;
+  h.flags = kFlagCritical;
+  h.payload_bytes = payload_bytes;
+  h.session = 0x0123456789ABCDEFull;
+  h.flow_id = 7;
+  h.seq = 3;
+  h.total_packets = 10;
+  h.chunk_id = 42;
+  h.chunk_offset = 350;
+  h.iteration = 99;
+  h.rtprop_us = 20000;
+  h.btlbw_kbps = 100000;
+  return h;
+}
+
+std::vector<uint8_t> Datagram(const Header& h, size_t payload_len) {
+  std::vector<uint8_t> d(kHeaderBytes + payload_len, 0xAB);
+  EncodeHeader(h, d.data());
+  return d;
+}
+
+TEST_CASE("data packet round trip", "[wire]") {
+  auto d = Datagram(DataHeader(16), 16);
+  Packet p;
+  REQUIRE(Decode(d.data(), d.size(), &p) == DropReason::kNone);
+  CHECK(p.header.type == PacketType::kData);
+  CHECK(p.header.flags == kFlagCritical);
+  CHECK(p.header.session == 0x0123456789ABCDEFull);
+  CHECK(p.header.flow_id == 7);
+  CHECK(p.header.seq == 3);
+  CHECK(p.header.total_packets == 10);
+  CHECK(p.header.chunk_id == 42);
+  CHECK(p.header.chunk_offset == 350);
+  CHECK(p.header.iteration == 99);
+  CHECK(p.header.rtprop_us == 20000);
+  CHECK(p.header.btlbw_kbps == 100000);
+  CHECK(p.payload == d.data() + kHeaderBytes);
+}
+
+TEST_CASE("byte order on the wire is little-endian", "[wire]") {
+  auto d = Datagram(DataHeader(4), 4);
+  CHECK(d[0] == 'H');
+  CHECK(d[1] == 'P');
+  CHECK(d[2] == 1);
+  CHECK(d[16] == 7);  // flow_id low byte first
+  CHECK(d[8] == 0xEF);
+}
+
+TEST_CASE("every malformation maps to its drop reason", "[wire]") {
+  Packet p;
+  auto good = Datagram(DataHeader(8), 8);
+  CHECK(Decode(good.data(), kHeaderBytes - 1, &p) == DropReason::kTruncated);
+  CHECK(Decode(good.data(), good.size() - 1, &p) == DropReason::kTruncated);
+  CHECK(Decode(nullptr, 0, &p) == DropReason::kTruncated);
+  auto longer = good;
+  longer.push_back(0);
+  CHECK(Decode(longer.data(), longer.size(), &p) == DropReason::kOversized);
+  std::vector<uint8_t> huge(kDatagramBytesMax + 1);
+  EncodeHeader(DataHeader(8), huge.data());
+  CHECK(Decode(huge.data(), huge.size(), &p) == DropReason::kOversized);
+  auto m = good;
+  m[0] ^= 1;
+  CHECK(Decode(m.data(), m.size(), &p) == DropReason::kBadMagic);
+  m = good;
+  m[2] = 2;
+  CHECK(Decode(m.data(), m.size(), &p) == DropReason::kBadVersion);
+  m = good;
+  m[3] = 9;
+  CHECK(Decode(m.data(), m.size(), &p) == DropReason::kBadType);
+  m = good;
+  m[4] = 0x80;
+  CHECK(Decode(m.data(), m.size(), &p) == DropReason::kBadFlags);
+  m = good;
+  m[5] = 1;
+  CHECK(Decode(m.data(), m.size(), &p) == DropReason::kBadFlags);
+  auto odd = Datagram(DataHeader(6), 6);
+  CHECK(Decode(odd.data(), odd.size(), &p) == DropReason::kMisaligned);
+  auto empty = Datagram(DataHeader(0), 0);
+  CHECK(Decode(empty.data(), empty.size(), &p) == DropReason::kBadPayload);
+  Header ack = DataHeader(4);
+  ack.type = PacketType::kAck;
+  auto ack_with_payload = Datagram(ack, 4);
+  CHECK(Decode(ack_with_payload.data(), ack_with_payload.size(), &p) == DropReason::kBadPayload);
+  Header seq = DataHeader(4);
+  seq.seq = 10;  // == total_packets
+  auto s = Datagram(seq, 4);
+  CHECK(Decode(s.data(), s.size(), &p) == DropReason::kBadSequence);
+  seq.total_packets = 0;
+  seq.seq = 0;
+  s = Datagram(seq, 4);
+  CHECK(Decode(s.data(), s.size(), &p) == DropReason::kBadSequence);
+}
+
+TEST_CASE("ack and stop carry no payload", "[wire]") {
+  Packet p;
+  for (PacketType t : {PacketType::kAck, PacketType::kStop}) {
+    Header h = DataHeader(0);
+    h.type = t;
+    auto d = Datagram(h, 0);
+    REQUIRE(Decode(d.data(), d.size(), &p) == DropReason::kNone);
+    CHECK(p.header.type == t);
+  }
+}
+
+TEST_CASE("drop reasons have distinct names", "[wire]") {
+  std::vector<std::string> names;
+  for (int r = 0; r < int(DropReason::kCount); ++r) {
+    names.push_back(DropReasonName(DropReason(r)));
+  }
+  std::sort(names.begin(), names.end());
+  CHECK(std::adjacent_find(names.begin(), names.end()) == names.end());
+}
+
+}  // namespace
+}  // namespace transport
+}  // namespace hetps
