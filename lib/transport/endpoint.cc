@@ -1,0 +1,810 @@
+#include "lib/transport/endpoint.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <queue>
+#include <random>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+
+namespace hetps {
+namespace transport {
+namespace {
+
+uint64_t NowUs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000 + uint64_t(ts.tv_nsec) / 1000;
+}
+
+constexpr uint32_t kFlowPacketsMax = 1u << 24;  // 16 M packets (~22 GB at 1400 B)
+
+}  // namespace
+
+void AppendPackets(uint32_t chunk_id, const float* data, uint32_t floats, uint32_t payload_floats,
+                   bool mark_ends_critical, std::vector<PacketSpan>* out) {
+  const size_t first = out->size();
+  for (uint32_t off = 0; off < floats; off += payload_floats) {
+    PacketSpan p;
+    p.chunk_id = chunk_id;
+    p.chunk_offset = off;
+    p.data = data + off;
+    p.floats = std::min(payload_floats, floats - off);
+    out->push_back(p);
+  }
+  if (mark_ends_critical && out->size() > first) {
+    (*out)[first].critical = true;
+    out->back().critical = true;
+  }
+}
+
+// ---- SendHandle ----------------------------------------------------------
+
+bool SendHandle::Wait(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!done_) {
+    if (mu_.AwaitWithDeadline(absl::Condition(&done_), deadline)) break;
+    if (absl::Now() >= deadline) break;
+  }
+  return done_ && status_.ok();
+}
+
+bool SendHandle::done() const {
+  absl::MutexLock lock(&mu_);
+  return done_;
+}
+
+absl::Status SendHandle::status() const {
+  absl::MutexLock lock(&mu_);
+  return status_;
+}
+
+absl::Duration SendHandle::elapsed() const {
+  absl::MutexLock lock(&mu_);
+  return (done_ ? finished_ : absl::Now()) - started_;
+}
+
+void SendHandle::Finish(absl::Status s) {
+  absl::MutexLock lock(&mu_);
+  if (done_) return;
+  done_ = true;
+  status_ = std::move(s);
+  finished_ = absl::Now();
+}
+
+// ---- Endpoint internals --------------------------------------------------
+
+struct PacketState {
+  SendSample sample;
+  uint64_t tx_seq = 0;  // latest transmission's number (per peer)
+  uint16_t tx_count = 0;
+  bool acked = false;
+  bool in_flight = false;
+  bool queued_retx = false;
+};
+
+struct SendFlow {
+  uint32_t flow_id = 0;
+  Peer peer;
+  uint32_t iteration = 0;
+  std::vector<PacketSpan> packets;
+  std::vector<PacketState> state;
+  std::shared_ptr<SendHandle> handle;
+  uint32_t next_new = 0;
+  uint32_t acked = 0;
+  std::deque<uint32_t> retx;
+};
+
+struct InflightEntry {
+  uint32_t flow_id;
+  uint32_t seq;
+  uint64_t tx_seq;
+  uint64_t sent_us;
+};
+
+struct PeerState {
+  explicit PeerState(const CongestionConfig& c) : cc(c) {}
+  CongestionControl cc;
+  uint64_t inflight_bytes = 0;
+  uint64_t next_send_us = 0;
+  uint64_t tx_counter = 0;
+  uint64_t highest_acked_tx = 0;
+  std::deque<InflightEntry> inflight;
+  std::deque<uint32_t> flows;  // active flow ids, served round-robin
+  double srtt_us = 0;
+  double rttvar_us = 0;
+};
+
+struct RecvKey {
+  Peer peer;
+  uint32_t flow_id;
+  bool operator==(const RecvKey& o) const { return peer == o.peer && flow_id == o.flow_id; }
+  template <typename H>
+  friend H AbslHashValue(H h, const RecvKey& k) {
+    return H::combine(std::move(h), k.peer, k.flow_id);
+  }
+};
+
+struct RecvFlow {
+  uint32_t total = 0;
+  uint32_t received = 0;
+  uint32_t iteration = 0;
+  uint64_t last_us = 0;
+  std::vector<uint64_t> bitmap;
+};
+
+struct Pending {
+  Peer to;
+  std::array<uint8_t, kHeaderBytes> head;
+  const uint8_t* body = nullptr;
+  size_t body_len = 0;
+};
+
+struct Delayed {
+  uint64_t release_us;
+  uint64_t order;  // FIFO among equal release times
+  Peer to;
+  std::vector<uint8_t> bytes;
+  bool operator>(const Delayed& o) const {
+    return release_us != o.release_us ? release_us > o.release_us : order > o.order;
+  }
+};
+
+struct Endpoint::Impl {
+  Impl(const EndpointConfig& c, Receiver* r)
+      : config(c), receiver(r), rng(c.impairment.seed), flow_counter(std::random_device{}()) {}
+
+  const EndpointConfig config;
+  Receiver* const receiver;
+  std::unique_ptr<UdpSocket> socket;
+  int wake_fd = -1;
+
+  // Shared with other threads.
+  mutable absl::Mutex mu;
+  std::vector<std::unique_ptr<SendFlow>> submitted ABSL_GUARDED_BY(mu);
+  std::vector<uint32_t> cancelled ABSL_GUARDED_BY(mu);
+  EndpointStats published ABSL_GUARDED_BY(mu);
+  bool stop ABSL_GUARDED_BY(mu) = false;
+  size_t active_flows ABSL_GUARDED_BY(mu) = 0;
+
+  // Owned by the endpoint thread.
+  EndpointStats stats;
+  absl::flat_hash_map<uint32_t, std::unique_ptr<SendFlow>> flows;
+  absl::flat_hash_map<Peer, std::unique_ptr<PeerState>> peers;
+  absl::flat_hash_map<RecvKey, RecvFlow> recv;
+  absl::flat_hash_set<RecvKey> closed;
+  std::deque<RecvKey> closed_order;
+  std::vector<Pending> pending;
+  size_t pending_sent = 0;
+  std::priority_queue<Delayed, std::vector<Delayed>, std::greater<Delayed>> delayed;
+  uint64_t delayed_order = 0;
+  std::mt19937_64 rng;
+  std::uniform_real_distribution<double> unit{0.0, 1.0};
+  std::vector<InDatagram> rx;
+  std::atomic<uint32_t> flow_counter;
+  uint64_t last_gc_us = 0;
+  uint64_t last_publish_us = 0;
+
+  void Run();
+  void Wake();
+  void TakeSubmissions(uint64_t now);
+  void Receive(uint64_t now);
+  void HandleData(const Peer& from, const Packet& p, uint64_t now);
+  void HandleAck(const Peer& from, const Header& h, uint64_t now);
+  void HandleStop(const Peer& from, const Header& h);
+  void QueueControl(const Peer& to, PacketType type, const Header& about);
+  void DetectLosses(PeerState& ps, uint64_t now);
+  void MarkLost(SendFlow& f, uint32_t seq, PeerState& ps);
+  void SendData(uint64_t now);
+  uint64_t NextSendTime(uint64_t now);
+  void Flush(uint64_t now);
+  void ReleaseDelayed(uint64_t now);
+  void FinishFlow(uint32_t flow_id, absl::Status s);
+  void CloseRecv(const RecvKey& key);
+  void GarbageCollect(uint64_t now);
+  void Publish();
+  PeerState& PeerFor(const Peer& p);
+  uint32_t RtoUs(const PeerState& ps) const;
+};
+
+Endpoint::Endpoint(const EndpointConfig& config, Receiver* receiver)
+    : config_(config), impl_(std::make_unique<Impl>(config, receiver)) {}
+
+absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(const EndpointConfig& config,
+                                                           Receiver* receiver) {
+  if (config.packet_bytes < kHeaderBytes + 4 || config.packet_bytes > kDatagramBytesMax) {
+    return absl::InvalidArgumentError(absl::StrCat("data plane: packet_bytes ", config.packet_bytes,
+                                                   " outside [", kHeaderBytes + 4, ", ",
+                                                   kDatagramBytesMax, "]"));
+  }
+  if (config.batch_max == 0 || config.batch_max > 1024) {
+    return absl::InvalidArgumentError("data plane: batch_max outside [1, 1024]");
+  }
+  if (config.impairment.loss < 0 || config.impairment.loss > 1) {
+    return absl::InvalidArgumentError("data plane: impairment loss outside [0, 1]");
+  }
+  auto e = std::unique_ptr<Endpoint>(new Endpoint(config, receiver));
+  auto sock = UdpSocket::Create(config.bind, config.socket_buffer_bytes, config.batch_max,
+                                kDatagramBytesMax);
+  if (!sock.ok()) return sock.status();
+  e->impl_->socket = std::move(*sock);
+  e->local_ = e->impl_->socket->local();
+  e->impl_->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (e->impl_->wake_fd < 0) return absl::InternalError("data plane: eventfd failed");
+  Impl* impl = e->impl_.get();
+  e->thread_ = std::thread([impl] { impl->Run(); });
+  return e;
+}
+
+Endpoint::~Endpoint() {
+  Shutdown();
+  if (impl_->wake_fd >= 0) close(impl_->wake_fd);
+}
+
+void Endpoint::Shutdown() {
+  {
+    absl::MutexLock lock(&impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->Wake();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<SendHandle> Endpoint::Send(const Peer& to, uint32_t iteration,
+                                           std::vector<PacketSpan> packets) {
+  auto handle = std::make_shared<SendHandle>();
+  handle->started_ = absl::Now();
+  handle->flow_id_ = impl_->flow_counter.fetch_add(1);
+  const uint32_t payload_floats = config_.payload_floats();
+  if (packets.empty() || packets.size() > kFlowPacketsMax) {
+    handle->Finish(absl::InvalidArgumentError(
+        absl::StrCat("data plane: a flow needs 1 to ", kFlowPacketsMax, " packets")));
+    return handle;
+  }
+  for (const PacketSpan& p : packets) {
+    if (p.floats == 0 || p.floats > payload_floats || p.data == nullptr) {
+      handle->Finish(absl::InvalidArgumentError(absl::StrCat(
+          "data plane: packet of ", p.floats, " floats (1 to ", payload_floats, " allowed)")));
+      return handle;
+    }
+  }
+  auto f = std::make_unique<SendFlow>();
+  f->flow_id = handle->flow_id_;
+  f->peer = to;
+  f->iteration = iteration;
+  f->packets = std::move(packets);
+  f->state.resize(f->packets.size());
+  f->handle = handle;
+  {
+    absl::MutexLock lock(&impl_->mu);
+    if (impl_->stop) {
+      handle->Finish(absl::CancelledError("data plane: endpoint shut down"));
+      return handle;
+    }
+    if (impl_->active_flows >= config_.send_flows_max) {
+      handle->Finish(absl::ResourceExhaustedError(absl::StrCat(
+          "data plane: ", config_.send_flows_max, " flows already in progress (send_flows_max)")));
+      return handle;
+    }
+    ++impl_->active_flows;
+    impl_->submitted.push_back(std::move(f));
+  }
+  impl_->Wake();
+  return handle;
+}
+
+void Endpoint::Cancel(const std::shared_ptr<SendHandle>& handle) {
+  if (handle == nullptr || handle->done()) return;
+  {
+    absl::MutexLock lock(&impl_->mu);
+    impl_->cancelled.push_back(handle->flow_id());
+  }
+  impl_->Wake();
+}
+
+EndpointStats Endpoint::GetStats() const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->published;
+}
+
+void Endpoint::Impl::Wake() {
+  const uint64_t one = 1;
+  ssize_t r = write(wake_fd, &one, sizeof(one));
+  (void)r;  // a full counter still wakes the loop
+}
+
+PeerState& Endpoint::Impl::PeerFor(const Peer& p) {
+  auto& slot = peers[p];
+  if (slot == nullptr) {
+    CongestionConfig cc = config.congestion;
+    cc.packet_bytes = config.packet_bytes;
+    slot = std::make_unique<PeerState>(cc);
+  }
+  return *slot;
+}
+
+uint32_t Endpoint::Impl::RtoUs(const PeerState& ps) const {
+  double rto =
+      ps.srtt_us > 0 ? ps.srtt_us + 4 * ps.rttvar_us : 4.0 * config.congestion.initial_rtt_us;
+  return static_cast<uint32_t>(std::clamp<double>(rto, config.rto_min_us, config.rto_max_us));
+}
+
+void Endpoint::Impl::TakeSubmissions(uint64_t now) {
+  std::vector<std::unique_ptr<SendFlow>> fresh;
+  std::vector<uint32_t> cancel;
+  {
+    absl::MutexLock lock(&mu);
+    fresh.swap(submitted);
+    cancel.swap(cancelled);
+  }
+  for (auto& f : fresh) {
+    PeerState& ps = PeerFor(f->peer);
+    if (ps.flows.empty() && ps.next_send_us < now) ps.next_send_us = now;
+    ps.flows.push_back(f->flow_id);
+    ++stats.flows_sent;
+    flows[f->flow_id] = std::move(f);
+  }
+  for (uint32_t id : cancel) FinishFlow(id, absl::CancelledError("data plane: flow cancelled"));
+}
+
+void Endpoint::Impl::FinishFlow(uint32_t flow_id, absl::Status s) {
+  auto it = flows.find(flow_id);
+  if (it == flows.end()) return;
+  SendFlow& f = *it->second;
+  auto pit = peers.find(f.peer);
+  if (pit != peers.end()) {
+    PeerState& ps = *pit->second;
+    for (uint32_t i = 0; i < f.state.size(); ++i) {
+      if (f.state[i].in_flight) {
+        ps.inflight_bytes -= kHeaderBytes + f.packets[i].floats * sizeof(float);
+        f.state[i].in_flight = false;
+      }
+    }
+    ps.flows.erase(std::remove(ps.flows.begin(), ps.flows.end(), flow_id), ps.flows.end());
+  }
+  f.handle->Finish(std::move(s));
+  flows.erase(it);
+  absl::MutexLock lock(&mu);
+  --active_flows;
+}
+
+void Endpoint::Impl::QueueControl(const Peer& to, PacketType type, const Header& about) {
+  Pending p;
+  p.to = to;
+  Header h;
+  h.type = type;
+  h.session = config.session;
+  h.flow_id = about.flow_id;
+  h.seq = about.seq;
+  h.total_packets = about.total_packets;
+  h.chunk_id = about.chunk_id;
+  h.chunk_offset = about.chunk_offset;
+  h.iteration = about.iteration;
+  EncodeHeader(h, p.head.data());
+  pending.push_back(p);
+  if (type == PacketType::kAck) ++stats.acks_sent;
+}
+
+void Endpoint::Impl::Receive(uint64_t now) {
+  // Bounded work per wake-up so sending is never starved.
+  for (int round = 0; round < 16; ++round) {
+    const int got = socket->RecvBatch(&rx);
+    if (got <= 0) return;
+    for (const InDatagram& d : rx) {
+      ++stats.datagrams_received;
+      stats.bytes_received += d.len;
+      Packet p;
+      DropReason why = d.truncated ? DropReason::kOversized : Decode(d.data, d.len, &p);
+      if (why == DropReason::kNone && p.header.session != config.session) {
+        why = DropReason::kForged;
+      }
+      if (why != DropReason::kNone) {
+        ++stats.drops[size_t(why)];
+        continue;
+      }
+      switch (p.header.type) {
+        case PacketType::kData:
+          HandleData(d.from, p, now);
+          break;
+        case PacketType::kAck:
+          HandleAck(d.from, p.header, now);
+          break;
+        case PacketType::kStop:
+          HandleStop(d.from, p.header);
+          break;
+      }
+    }
+    Flush(now);
+    if (static_cast<uint32_t>(got) < config.batch_max) return;
+  }
+}
+
+void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now) {
+  const Header& h = p.header;
+  const RecvKey key{from, h.flow_id};
+  if (closed.contains(key)) {
+    // A retransmission whose ACK was lost, or a replay: never delivered
+    // twice. ACK it again so an honest sender can finish.
+    ++stats.drops[size_t(DropReason::kReplayed)];
+    QueueControl(from, PacketType::kAck, h);
+    return;
+  }
+  auto it = recv.find(key);
+  if (it == recv.end()) {
+    if (receiver == nullptr || recv.size() >= config.recv_flows_max ||
+        !receiver->AcceptFlow(from, h)) {
+      ++stats.drops[size_t(DropReason::kUnexpected)];
+      return;
+    }
+    RecvFlow f;
+    f.total = h.total_packets;
+    f.iteration = h.iteration;
+    f.bitmap.assign((h.total_packets + 63) / 64, 0);
+    it = recv.emplace(key, std::move(f)).first;
+  }
+  RecvFlow& f = it->second;
+  if (h.total_packets != f.total || h.iteration != f.iteration) {
+    ++stats.drops[size_t(DropReason::kBadSequence)];
+    return;
+  }
+  f.last_us = now;
+  uint64_t& word = f.bitmap[h.seq / 64];
+  const uint64_t bit = uint64_t{1} << (h.seq % 64);
+  QueueControl(from, PacketType::kAck, h);
+  if (word & bit) {
+    ++stats.drops[size_t(DropReason::kReplayed)];
+    return;
+  }
+  word |= bit;
+  receiver->OnData(from, h, p.payload);
+  if (++f.received == f.total) {
+    const uint32_t iteration = f.iteration;
+    QueueControl(from, PacketType::kStop, h);
+    CloseRecv(key);
+    ++stats.flows_received;
+    receiver->OnFlowDone(from, h.flow_id, iteration);
+  }
+}
+
+void Endpoint::Impl::CloseRecv(const RecvKey& key) {
+  recv.erase(key);
+  if (closed.insert(key).second) closed_order.push_back(key);
+  while (closed_order.size() > config.closed_flows_remembered) {
+    closed.erase(closed_order.front());
+    closed_order.pop_front();
+  }
+}
+
+void Endpoint::Impl::HandleAck(const Peer& from, const Header& h, uint64_t now) {
+  ++stats.acks_received;
+  auto it = flows.find(h.flow_id);
+  if (it == flows.end() || it->second->peer != from) return;  // finished or not ours
+  SendFlow& f = *it->second;
+  if (h.seq >= f.state.size()) {
+    ++stats.drops[size_t(DropReason::kBadSequence)];
+    return;
+  }
+  PacketState& st = f.state[h.seq];
+  if (st.acked) return;
+  PeerState& ps = PeerFor(from);
+  const uint32_t bytes = kHeaderBytes + f.packets[h.seq].floats * sizeof(float);
+  st.acked = true;
+  if (st.in_flight) {
+    ps.inflight_bytes -= bytes;
+    st.in_flight = false;
+  }
+  ps.cc.OnAck(now, bytes, st.sample);
+  if (!st.sample.retransmitted && now >= st.sample.sent_us) {
+    const double rtt = double(now - st.sample.sent_us);
+    if (ps.srtt_us == 0) {
+      ps.srtt_us = rtt;
+      ps.rttvar_us = rtt / 2;
+    } else {
+      ps.rttvar_us = 0.75 * ps.rttvar_us + 0.25 * std::abs(ps.srtt_us - rtt);
+      ps.srtt_us = 0.875 * ps.srtt_us + 0.125 * rtt;
+    }
+  }
+  ps.highest_acked_tx = std::max(ps.highest_acked_tx, st.tx_seq);
+  if (++f.acked == f.state.size()) {
+    FinishFlow(f.flow_id, absl::OkStatus());
+  }
+  DetectLosses(ps, now);
+}
+
+void Endpoint::Impl::HandleStop(const Peer& from, const Header& h) {
+  auto it = flows.find(h.flow_id);
+  if (it == flows.end() || it->second->peer != from) return;
+  FinishFlow(h.flow_id, absl::OkStatus());
+}
+
+void Endpoint::Impl::MarkLost(SendFlow& f, uint32_t seq, PeerState& ps) {
+  PacketState& st = f.state[seq];
+  if (st.in_flight) {
+    ps.inflight_bytes -= kHeaderBytes + f.packets[seq].floats * sizeof(float);
+    st.in_flight = false;
+  }
+  if (!st.queued_retx) {
+    st.queued_retx = true;
+    f.retx.push_back(seq);
+  }
+}
+
+void Endpoint::Impl::DetectLosses(PeerState& ps, uint64_t now) {
+  const uint32_t rto = RtoUs(ps);
+  while (!ps.inflight.empty()) {
+    const InflightEntry& e = ps.inflight.front();
+    auto it = flows.find(e.flow_id);
+    if (it == flows.end()) {
+      ps.inflight.pop_front();
+      continue;
+    }
+    SendFlow& f = *it->second;
+    PacketState& st = f.state[e.seq];
+    if (st.acked || st.tx_seq != e.tx_seq) {  // delivered, or sent again since
+      ps.inflight.pop_front();
+      continue;
+    }
+    // Lost: three later transmissions were acknowledged, or the timer ran out.
+    if (e.tx_seq + 3 <= ps.highest_acked_tx || now >= e.sent_us + rto) {
+      MarkLost(f, e.seq, ps);
+      ps.inflight.pop_front();
+      continue;
+    }
+    break;
+  }
+}
+
+void Endpoint::Impl::SendData(uint64_t now) {
+  const uint64_t burst_us_max = 200;  // lets one wake-up fill a batch
+  for (auto& [peer, psp] : peers) {
+    PeerState& ps = *psp;
+    if (ps.flows.empty()) continue;
+    DetectLosses(ps, now);
+    const uint64_t rate = std::max<uint64_t>(ps.cc.pacing_rate_bps(), 1);
+    const uint64_t cwnd = ps.cc.cwnd_bytes();
+    if (ps.next_send_us + burst_us_max < now) ps.next_send_us = now - burst_us_max;
+    size_t idle_flows = 0;
+    while (!ps.flows.empty() && idle_flows < ps.flows.size() && ps.next_send_us <= now &&
+           pending.size() < config.batch_max * 4) {
+      const uint32_t fid = ps.flows.front();
+      ps.flows.pop_front();
+      ps.flows.push_back(fid);
+      SendFlow& f = *flows[fid];
+      uint32_t seq;
+      bool retransmission = false;
+      while (!f.retx.empty() && f.state[f.retx.front()].acked) {
+        f.state[f.retx.front()].queued_retx = false;
+        f.retx.pop_front();
+      }
+      if (!f.retx.empty()) {
+        seq = f.retx.front();
+        f.retx.pop_front();
+        f.state[seq].queued_retx = false;
+        retransmission = true;
+      } else if (f.next_new < f.packets.size()) {
+        seq = f.next_new++;
+      } else {
+        ++idle_flows;  // everything sent, waiting for ACKs
+        continue;
+      }
+      idle_flows = 0;
+      const PacketSpan& span = f.packets[seq];
+      const uint32_t bytes = kHeaderBytes + span.floats * sizeof(float);
+      if (ps.inflight_bytes + bytes > cwnd && ps.inflight_bytes > 0) {
+        // Window full: put the packet back and wait for ACKs.
+        if (retransmission) {
+          f.retx.push_front(seq);
+          f.state[seq].queued_retx = true;
+        } else {
+          --f.next_new;
+        }
+        break;
+      }
+      PacketState& st = f.state[seq];
+      st.tx_seq = ++ps.tx_counter;
+      st.sample = ps.cc.OnSend(now, retransmission || st.tx_count > 0);
+      ++st.tx_count;
+      st.in_flight = true;
+      ps.inflight_bytes += bytes;
+      ps.inflight.push_back({fid, seq, st.tx_seq, now});
+      if (retransmission) {
+        ++stats.retransmissions;
+        f.handle->retransmissions_.fetch_add(1);
+      }
+      ++stats.data_packets_sent;
+
+      Pending p;
+      p.to = f.peer;
+      Header h;
+      h.type = PacketType::kData;
+      h.flags = span.critical ? kFlagCritical : 0;
+      if (seq + 1 == f.packets.size()) h.flags |= kFlagLast;
+      h.payload_bytes = static_cast<uint16_t>(span.floats * sizeof(float));
+      h.session = config.session;
+      h.flow_id = fid;
+      h.seq = seq;
+      h.total_packets = static_cast<uint32_t>(f.packets.size());
+      h.chunk_id = span.chunk_id;
+      h.chunk_offset = span.chunk_offset;
+      h.iteration = f.iteration;
+      h.rtprop_us = ps.cc.rtprop_us();
+      h.btlbw_kbps =
+          static_cast<uint32_t>(std::min<uint64_t>(ps.cc.btlbw_bps() / 1000, UINT32_MAX));
+      EncodeHeader(h, p.head.data());
+      p.body = reinterpret_cast<const uint8_t*>(span.data);
+      p.body_len = h.payload_bytes;
+      pending.push_back(p);
+      ps.next_send_us += bytes * 8'000'000 / rate;
+    }
+  }
+}
+
+uint64_t Endpoint::Impl::NextSendTime(uint64_t now) {
+  uint64_t next = now + 10'000;  // idle poll: GC and stats
+  for (auto& [peer, psp] : peers) {
+    PeerState& ps = *psp;
+    if (ps.flows.empty()) continue;
+    bool has_work = false;
+    for (uint32_t fid : ps.flows) {
+      const SendFlow& f = *flows[fid];
+      if (!f.retx.empty() || f.next_new < f.packets.size()) {
+        has_work = true;
+        break;
+      }
+    }
+    if (has_work && ps.inflight_bytes < ps.cc.cwnd_bytes()) next = std::min(next, ps.next_send_us);
+    if (!ps.inflight.empty()) next = std::min(next, ps.inflight.front().sent_us + RtoUs(ps));
+  }
+  if (!delayed.empty()) next = std::min(next, delayed.top().release_us);
+  return next;
+}
+
+void Endpoint::Impl::Flush(uint64_t now) {
+  const ImpairmentConfig& imp = config.impairment;
+  std::vector<OutDatagram> out;
+  out.reserve(pending.size());
+  for (const Pending& p : pending) {
+    if (imp.active()) {
+      if (imp.loss > 0 && unit(rng) < imp.loss) {
+        ++stats.impairment_dropped;
+        ++stats.datagrams_sent;  // it left us; the "network" lost it
+        continue;
+      }
+      if (imp.delay_us > 0 || imp.jitter_us > 0) {
+        if (delayed.size() >= imp.queue_max) {
+          ++stats.impairment_dropped;
+          continue;
+        }
+        Delayed d;
+        d.release_us = now + imp.delay_us + (imp.jitter_us > 0 ? rng() % imp.jitter_us : 0);
+        d.order = delayed_order++;
+        d.to = p.to;
+        d.bytes.assign(p.head.begin(), p.head.end());
+        d.bytes.insert(d.bytes.end(), p.body, p.body + p.body_len);
+        delayed.push(std::move(d));
+        continue;
+      }
+    }
+    out.push_back({p.to, p.head.data(), kHeaderBytes, p.body, p.body_len});
+  }
+  size_t done = 0;
+  int spins = 0;
+  while (done < out.size()) {
+    const int n = socket->SendBatch(out.data() + done, out.size() - done);
+    if (n < 0) break;  // socket error: treat the rest as lost; recovery resends
+    if (n == 0) {
+      // Socket buffer full: wait briefly for room rather than drop.
+      pollfd pfd{socket->fd(), POLLOUT, 0};
+      poll(&pfd, 1, 1);
+      if (++spins > 100) break;
+      continue;
+    }
+    for (int i = 0; i < n; ++i) {
+      ++stats.datagrams_sent;
+      stats.bytes_sent += out[done + i].head_len + out[done + i].body_len;
+    }
+    done += n;
+  }
+  pending.clear();
+}
+
+void Endpoint::Impl::ReleaseDelayed(uint64_t now) {
+  std::vector<OutDatagram> out;
+  std::vector<Delayed> held;
+  while (!delayed.empty() && delayed.top().release_us <= now && held.size() < config.batch_max) {
+    held.push_back(std::move(const_cast<Delayed&>(delayed.top())));
+    delayed.pop();
+  }
+  for (const Delayed& d : held) out.push_back({d.to, d.bytes.data(), d.bytes.size(), nullptr, 0});
+  size_t done = 0;
+  while (done < out.size()) {
+    const int n = socket->SendBatch(out.data() + done, out.size() - done);
+    if (n <= 0) break;
+    for (int i = 0; i < n; ++i) {
+      ++stats.datagrams_sent;
+      stats.bytes_sent += out[done + i].head_len;
+    }
+    done += n;
+  }
+}
+
+void Endpoint::Impl::GarbageCollect(uint64_t now) {
+  const uint64_t idle_us = uint64_t(config.recv_flow_idle_ms) * 1000;
+  for (auto it = recv.begin(); it != recv.end();) {
+    if (now > it->second.last_us + idle_us) {
+      recv.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Endpoint::Impl::Publish() {
+  EndpointStats s = stats;
+  for (auto& [peer, ps] : peers) {
+    s.peers.push_back({peer, ps->cc.btlbw_bps(), ps->cc.rtprop_us(), ps->cc.pacing_rate_bps(),
+                       ps->cc.cwnd_bytes()});
+  }
+  absl::MutexLock lock(&mu);
+  published = std::move(s);
+}
+
+void Endpoint::Impl::Run() {
+  prctl(PR_SET_TIMERSLACK, 1UL);  // microsecond pacing needs tight timers
+  pthread_setname_np(pthread_self(), "hetps-dataplane");
+  pollfd fds[2] = {{socket->fd(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu);
+      if (stop) break;
+    }
+    uint64_t now = NowUs();
+    TakeSubmissions(now);
+    Receive(now);
+    now = NowUs();
+    SendData(now);
+    Flush(now);
+    ReleaseDelayed(now);
+    if (now - last_gc_us > 1'000'000) {
+      GarbageCollect(now);
+      last_gc_us = now;
+    }
+    if (now - last_publish_us > 1000) {
+      Publish();
+      last_publish_us = now;
+    }
+    const uint64_t next = NextSendTime(now);
+    now = NowUs();
+    const uint64_t wait_us = next > now ? next - now : 0;
+    timespec ts{static_cast<time_t>(wait_us / 1'000'000),
+                static_cast<long>(wait_us % 1'000'000) * 1000};
+    if (wait_us > 0 && ppoll(fds, 2, &ts, nullptr) > 0 && (fds[1].revents & POLLIN)) {
+      uint64_t v;
+      ssize_t r = read(wake_fd, &v, sizeof(v));
+      (void)r;
+    }
+  }
+  Publish();
+  std::vector<uint32_t> ids;
+  for (auto& [id, f] : flows) ids.push_back(id);
+  for (uint32_t id : ids) FinishFlow(id, absl::CancelledError("data plane: endpoint shut down"));
+  std::vector<std::unique_ptr<SendFlow>> left;
+  {
+    absl::MutexLock lock(&mu);
+    left.swap(submitted);
+  }
+  for (auto& f : left) f->handle->Finish(absl::CancelledError("data plane: endpoint shut down"));
+}
+
+}  // namespace transport
+}  // namespace hetps

@@ -1,0 +1,187 @@
+// Endpoint: one UDP socket and the thread that owns it, carrying reliable
+// flows of float32 packets in both directions (data plane v1; wire format in
+// docs/wire-format.md).
+//
+// Sending: Send() queues a flow (a list of float spans, each one packet) to
+// a peer and returns a SendHandle to Wait() on; the spans must stay valid and
+// unchanged until the handle is done. Every packet is acknowledged
+// individually; a packet is lost when three packets sent after it were
+// acknowledged, or when its retransmission timeout expires, and is then
+// retransmitted ahead of new data. A per-peer BBR-style controller
+// (congestion.h) paces packets and caps bytes in flight at ~2 BDP.
+//
+// Receiving: the Receiver's callbacks run on the endpoint thread, in arrival
+// order, once per distinct packet (duplicates are dropped and re-ACKed).
+// Datagrams that fail to decode, carry the wrong session token, repeat a
+// delivered packet, or belong to a flow nobody accepted are dropped and
+// counted by reason (Stats::drops).
+//
+// Bounds: send_flows_max, recv_flows_max, closed_flows_remembered, batch_max
+// and the socket buffers; nothing grows without limit. Thread-safe: Send,
+// GetStats and Shutdown may be called from any thread.
+#ifndef HETPS_LIB_TRANSPORT_ENDPOINT_H_
+#define HETPS_LIB_TRANSPORT_ENDPOINT_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "lib/base/net_address.h"
+#include "lib/transport/congestion.h"
+#include "lib/transport/udp_socket.h"
+#include "lib/transport/wire.h"
+
+namespace hetps {
+namespace transport {
+
+// The project's own network impairment, applied to outgoing datagrams
+// (this kernel has no netem): random loss, delay and jitter (which
+// reorders). Seeded, so a failing run replays.
+struct ImpairmentConfig {
+  double loss = 0;         // probability that a datagram is dropped
+  uint32_t delay_us = 0;   // one-way delay added to every datagram
+  uint32_t jitter_us = 0;  // extra uniform delay in [0, jitter_us): reorders
+  uint64_t seed = 1;
+  uint32_t queue_max = 1 << 16;  // delayed datagrams held at most (then dropped)
+  bool active() const { return loss > 0 || delay_us > 0 || jitter_us > 0; }
+};
+
+struct EndpointConfig {
+  HostPort bind{"127.0.0.1", 0};
+  uint64_t session = 0;          // token every datagram must carry
+  uint32_t packet_bytes = 1400;  // datagram size, header included
+  size_t socket_buffer_bytes = 8u << 20;
+  uint32_t batch_max = 64;  // datagrams per sendmmsg / recvmmsg
+  uint32_t send_flows_max = 4096;
+  uint32_t recv_flows_max = 4096;
+  uint32_t closed_flows_remembered = 16384;
+  uint32_t rto_min_us = 5000;
+  uint32_t rto_max_us = 2'000'000;
+  uint32_t recv_flow_idle_ms = 60'000;  // forget half-received flows after this
+  CongestionConfig congestion;
+  ImpairmentConfig impairment;
+
+  // Floats per packet for this packet size.
+  uint32_t payload_floats() const {
+    return static_cast<uint32_t>((packet_bytes - kHeaderBytes) / sizeof(float));
+  }
+};
+
+// One packet's worth of floats, from chunk `chunk_id` at `chunk_offset`.
+struct PacketSpan {
+  uint32_t chunk_id = 0;
+  uint32_t chunk_offset = 0;  // floats
+  const float* data = nullptr;
+  uint32_t floats = 0;
+  bool critical = false;
+};
+
+// Cuts `floats` floats of a chunk into packets of at most `payload_floats`;
+// the first and last packet of the chunk are marked critical when asked.
+void AppendPackets(uint32_t chunk_id, const float* data, uint32_t floats, uint32_t payload_floats,
+                   bool mark_ends_critical, std::vector<PacketSpan>* out);
+
+class SendHandle {
+ public:
+  // True when every packet was acknowledged (or the receiver sent STOP).
+  bool Wait(absl::Duration timeout);
+  bool done() const;
+  absl::Status status() const;  // OK, or why the flow was abandoned
+  uint32_t flow_id() const { return flow_id_; }
+  uint32_t retransmissions() const { return retransmissions_.load(); }
+  absl::Duration elapsed() const;
+
+ private:
+  friend class Endpoint;
+  void Finish(absl::Status s);
+  uint32_t flow_id_ = 0;
+  absl::Time started_;
+  std::atomic<uint32_t> retransmissions_{0};
+  mutable absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  absl::Time finished_ ABSL_GUARDED_BY(mu_);
+};
+
+class Receiver {
+ public:
+  virtual ~Receiver() = default;
+  // First packet of an unknown flow: accept it, or refuse (counted as
+  // "unexpected"; later packets of the flow are refused the same way).
+  virtual bool AcceptFlow(const Peer& from, const Header& first) = 0;
+  // A packet's payload: header.payload_bytes of little-endian floats, not
+  // necessarily aligned (copy with memcpy).
+  virtual void OnData(const Peer& from, const Header& header, const uint8_t* payload) = 0;
+  // Every packet of the flow arrived.
+  virtual void OnFlowDone(const Peer& from, uint32_t flow_id, uint32_t iteration) = 0;
+};
+
+struct PeerEstimate {
+  Peer peer;
+  uint64_t btlbw_bps = 0;
+  uint32_t rtprop_us = 0;
+  uint64_t pacing_rate_bps = 0;
+  uint64_t cwnd_bytes = 0;
+};
+
+struct EndpointStats {
+  uint64_t datagrams_sent = 0;
+  uint64_t datagrams_received = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t data_packets_sent = 0;
+  uint64_t retransmissions = 0;
+  uint64_t acks_sent = 0;
+  uint64_t acks_received = 0;
+  uint64_t flows_sent = 0;
+  uint64_t flows_received = 0;
+  uint64_t impairment_dropped = 0;
+  std::array<uint64_t, static_cast<size_t>(DropReason::kCount)> drops{};
+  std::vector<PeerEstimate> peers;
+};
+
+class Endpoint {
+ public:
+  // Binds the socket and starts the endpoint thread. `receiver` may be null
+  // (send-only); it must outlive the endpoint.
+  static absl::StatusOr<std::unique_ptr<Endpoint>> Create(const EndpointConfig& config,
+                                                          Receiver* receiver);
+  ~Endpoint();  // Shutdown()
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  Peer local() const { return local_; }
+  const EndpointConfig& config() const { return config_; }
+
+  // Queues a flow. Fails (handle done with an error) when send_flows_max
+  // flows are already active or the flow is empty or too long.
+  std::shared_ptr<SendHandle> Send(const Peer& to, uint32_t iteration,
+                                   std::vector<PacketSpan> packets);
+  // Abandons a flow (its handle finishes with CANCELLED).
+  void Cancel(const std::shared_ptr<SendHandle>& handle);
+
+  EndpointStats GetStats() const;
+  // Stops the thread; unfinished flows finish with CANCELLED. Idempotent.
+  void Shutdown();
+
+  struct Impl;  // internal, defined in endpoint.cc
+
+ private:
+  Endpoint(const EndpointConfig& config, Receiver* receiver);
+  EndpointConfig config_;
+  Peer local_;
+  std::unique_ptr<Impl> impl_;
+  std::thread thread_;
+};
+
+}  // namespace transport
+}  // namespace hetps
+
+#endif  // HETPS_LIB_TRANSPORT_ENDPOINT_H_

@@ -1,0 +1,261 @@
+// Endpoint over real loopback sockets: exact delivery with and without the
+// impairment layer (loss, delay, reordering), incast, bad datagrams counted
+// by reason, bounds and shutdown.
+#include "lib/transport/endpoint.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <random>
+
+#include "absl/synchronization/mutex.h"
+
+namespace hetps {
+namespace transport {
+namespace {
+
+constexpr uint64_t kSession = 0xC0FFEE1234ull;
+constexpr uint32_t kChunkFloats = 4096;
+
+// Reassembles flows into one float buffer at chunk_id * kChunkFloats + offset.
+class Assembler : public Receiver {
+ public:
+  explicit Assembler(size_t floats) : buf_(floats, 0.f) {}
+  bool AcceptFlow(const Peer&, const Header& h) override { return h.iteration != 666; }
+  void OnData(const Peer&, const Header& h, const uint8_t* payload) override {
+    const size_t at = size_t(h.chunk_id) * kChunkFloats + h.chunk_offset;
+    REQUIRE(at + h.payload_bytes / 4 <= buf_.size());
+    std::memcpy(buf_.data() + at, payload, h.payload_bytes);
+    if (h.flags & kFlagCritical) ++critical_;
+  }
+  void OnFlowDone(const Peer&, uint32_t, uint32_t) override {
+    absl::MutexLock lock(&mu_);
+    ++done_;
+  }
+  bool WaitFlows(int n, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+  }
+  const std::vector<float>& buf() const { return buf_; }
+  int critical() const { return critical_; }
+
+ private:
+  std::vector<float> buf_;  // written on the endpoint thread only
+  int critical_ = 0;
+  absl::Mutex mu_;
+  int done_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+std::vector<float> Pattern(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+std::vector<PacketSpan> Packets(const std::vector<float>& v, uint32_t first_chunk,
+                                uint32_t payload_floats) {
+  std::vector<PacketSpan> out;
+  for (size_t off = 0, c = first_chunk; off < v.size(); off += kChunkFloats, ++c) {
+    AppendPackets(static_cast<uint32_t>(c), v.data() + off,
+                  static_cast<uint32_t>(std::min<size_t>(kChunkFloats, v.size() - off)),
+                  payload_floats, true, &out);
+  }
+  return out;
+}
+
+EndpointConfig Config() {
+  EndpointConfig c;
+  c.session = kSession;
+  return c;
+}
+
+TEST_CASE("a 4 MB flow arrives exactly over clean loopback", "[endpoint]") {
+  const size_t n = 1 << 20;
+  Assembler rx(n);
+  auto server = Endpoint::Create(Config(), &rx);
+  REQUIRE(server.ok());
+  auto client = Endpoint::Create(Config(), nullptr);
+  REQUIRE(client.ok());
+  auto data = Pattern(n, 1);
+  auto h = (*client)->Send((*server)->local(), 5, Packets(data, 0, Config().payload_floats()));
+  REQUIRE(h->Wait(absl::Seconds(20)));
+  REQUIRE(rx.WaitFlows(1, absl::Seconds(5)));
+  CHECK(rx.buf() == data);
+  CHECK(rx.critical() == 2 * int(n / kChunkFloats));
+  auto st = (*server)->GetStats();
+  for (int r = 1; r < int(DropReason::kCount); ++r) {
+    if (DropReason(r) != DropReason::kReplayed) CHECK(st.drops[r] == 0);
+  }
+}
+
+TEST_CASE("loss, delay and reordering: still exact, with retransmissions", "[endpoint]") {
+  const size_t n = 1 << 18;  // 1 MB
+  Assembler rx(n);
+  EndpointConfig sc = Config();
+  sc.impairment.loss = 0.05;  // ACKs lost too
+  sc.impairment.seed = 7;
+  auto server = Endpoint::Create(sc, &rx);
+  REQUIRE(server.ok());
+  EndpointConfig cc = Config();
+  cc.impairment.loss = 0.10;
+  cc.impairment.delay_us = 2000;
+  cc.impairment.jitter_us = 1000;  // reorders
+  cc.impairment.seed = 9;
+  auto client = Endpoint::Create(cc, nullptr);
+  REQUIRE(client.ok());
+  auto data = Pattern(n, 2);
+  auto h = (*client)->Send((*server)->local(), 1, Packets(data, 0, cc.payload_floats()));
+  REQUIRE(h->Wait(absl::Seconds(60)));
+  REQUIRE(rx.WaitFlows(1, absl::Seconds(5)));
+  CHECK(rx.buf() == data);
+  auto cs = (*client)->GetStats();
+  INFO("retransmissions " << cs.retransmissions << ", impairment drops " << cs.impairment_dropped);
+  CHECK(cs.retransmissions > 0);
+  CHECK(h->retransmissions() > 0);
+  CHECK(cs.impairment_dropped > 0);
+  REQUIRE(!cs.peers.empty());
+  CHECK(cs.peers[0].rtprop_us >= 2000);  // sees the emulated delay
+}
+
+TEST_CASE("two senders into one receiver (incast)", "[endpoint]") {
+  const size_t n = 1 << 19;
+  Assembler rx(2 * n);
+  auto server = Endpoint::Create(Config(), &rx);
+  REQUIRE(server.ok());
+  auto a = Endpoint::Create(Config(), nullptr);
+  auto b = Endpoint::Create(Config(), nullptr);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  auto da = Pattern(n, 3), db = Pattern(n, 4);
+  const uint32_t pf = Config().payload_floats();
+  auto ha = (*a)->Send((*server)->local(), 1, Packets(da, 0, pf));
+  auto hb = (*b)->Send((*server)->local(), 1, Packets(db, n / kChunkFloats, pf));
+  REQUIRE(ha->Wait(absl::Seconds(30)));
+  REQUIRE(hb->Wait(absl::Seconds(30)));
+  REQUIRE(rx.WaitFlows(2, absl::Seconds(5)));
+  CHECK(std::equal(da.begin(), da.end(), rx.buf().begin()));
+  CHECK(std::equal(db.begin(), db.end(), rx.buf().begin() + n));
+}
+
+// Sends raw bytes from one plain socket (one source address, so a repeated
+// datagram is a replay of the same sender's flow).
+class RawSender {
+ public:
+  RawSender() : fd_(socket(AF_INET, SOCK_DGRAM, 0)) { REQUIRE(fd_ >= 0); }
+  ~RawSender() { close(fd_); }
+  void operator()(const Peer& to, const std::vector<uint8_t>& bytes) {
+    sockaddr_in a = to.ToSockaddr();
+    CHECK(sendto(fd_, bytes.data(), bytes.size(), 0, reinterpret_cast<sockaddr*>(&a), sizeof(a)) ==
+          ssize_t(bytes.size()));
+  }
+
+ private:
+  int fd_;
+};
+
+std::vector<uint8_t> Datagram(Header h, size_t payload) {
+  h.payload_bytes = static_cast<uint16_t>(payload);
+  std::vector<uint8_t> d(kHeaderBytes + payload, 0);
+  EncodeHeader(h, d.data());
+  return d;
+}
+
+TEST_CASE("truncated, oversized, forged, replayed and unexpected datagrams are counted",
+          "[endpoint]") {
+  Assembler rx(kChunkFloats);
+  auto server = Endpoint::Create(Config(), &rx);
+  REQUIRE(server.ok());
+  const Peer to = (*server)->local();
+  RawSender Raw;
+  Header h;
+  h.session = kSession;
+  h.flow_id = 77;
+  h.total_packets = 2;
+  h.iteration = 3;
+  auto good = Datagram(h, 16);
+  Raw(to, std::vector<uint8_t>(good.begin(), good.begin() + 20));  // truncated
+  Raw(to, std::vector<uint8_t>(kDatagramBytesMax + 100, 1));       // oversized
+  auto magic = good;
+  magic[0] = 'X';
+  Raw(to, magic);  // bad magic
+  Header forged = h;
+  forged.session = kSession + 1;
+  Raw(to, Datagram(forged, 16));  // forged
+  Header refused = h;
+  refused.flow_id = 78;
+  refused.iteration = 666;  // the receiver refuses this flow
+  Raw(to, Datagram(refused, 16));
+  Raw(to, good);  // delivered
+  Raw(to, good);  // replayed
+  Header odd = h;
+  odd.flow_id = 79;
+  Raw(to, Datagram(odd, 6));  // misaligned
+  // Counters are published within a few milliseconds.
+  EndpointStats st;
+  for (int i = 0; i < 200; ++i) {
+    st = (*server)->GetStats();
+    if (st.datagrams_received >= 8) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  auto count = [&](DropReason r) { return st.drops[size_t(r)]; };
+  CHECK(st.datagrams_received == 8);
+  CHECK(count(DropReason::kTruncated) == 1);
+  CHECK(count(DropReason::kOversized) == 1);
+  CHECK(count(DropReason::kBadMagic) == 1);
+  CHECK(count(DropReason::kForged) == 1);
+  CHECK(count(DropReason::kUnexpected) == 1);
+  CHECK(count(DropReason::kReplayed) == 1);
+  CHECK(count(DropReason::kMisaligned) == 1);
+
+  // Still serving: a real flow completes afterwards.
+  auto client = Endpoint::Create(Config(), nullptr);
+  REQUIRE(client.ok());
+  auto data = Pattern(kChunkFloats, 5);
+  auto hs = (*client)->Send(to, 4, Packets(data, 0, Config().payload_floats()));
+  CHECK(hs->Wait(absl::Seconds(10)));
+}
+
+TEST_CASE("bounds and shutdown: clear errors, no hang", "[endpoint]") {
+  EndpointConfig c = Config();
+  c.send_flows_max = 1;
+  auto client = Endpoint::Create(c, nullptr);
+  REQUIRE(client.ok());
+  auto data = Pattern(1000, 6);
+  // Nobody listens on this port: the flow can never finish.
+  Peer nowhere = *ResolvePeer(HostPort{"127.0.0.1", 9});
+  auto stuck = (*client)->Send(nowhere, 1, Packets(data, 0, c.payload_floats()));
+  auto second = (*client)->Send(nowhere, 1, Packets(data, 0, c.payload_floats()));
+  CHECK(second->done());
+  CHECK(second->status().code() == absl::StatusCode::kResourceExhausted);
+  auto empty = (*client)->Send(nowhere, 1, {});
+  CHECK(empty->status().code() == absl::StatusCode::kInvalidArgument);
+  PacketSpan too_big{0, 0, data.data(), c.payload_floats() + 1, false};
+  CHECK((*client)->Send(nowhere, 1, {too_big})->status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(!stuck->Wait(absl::Milliseconds(50)));
+  (*client)->Cancel(stuck);
+  for (int i = 0; i < 100 && !stuck->done(); ++i) absl::SleepFor(absl::Milliseconds(2));
+  CHECK(stuck->status().code() == absl::StatusCode::kCancelled);
+  auto later = (*client)->Send(nowhere, 1, Packets(data, 0, c.payload_floats()));
+  (*client)->Shutdown();
+  CHECK(later->done());
+  CHECK(later->status().code() == absl::StatusCode::kCancelled);
+  CHECK(!Endpoint::Create(
+             [] {
+               EndpointConfig bad;
+               bad.packet_bytes = 10;
+               return bad;
+             }(),
+             nullptr)
+             .ok());
+}
+
+}  // namespace
+}  // namespace transport
+}  // namespace hetps
