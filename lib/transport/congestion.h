@@ -19,7 +19,7 @@ struct CongestionConfig {
   uint32_t packet_bytes = 1400;             // datagram size used for window floors
   uint64_t initial_rate_bps = 100'000'000;  // before the first bandwidth sample
   uint32_t initial_rtt_us = 1000;           // before the first RTT sample
-  uint32_t cwnd_packets_min = 8;
+  uint32_t cwnd_packets_min = 128;  // >= 2 x batch_max: ACKs arrive in batches
   uint32_t cwnd_packets_max = 65536;
   uint64_t rate_bps_max = 100'000'000'000ull;
   uint32_t rtprop_window_us = 10'000'000;  // min-filter window for RTprop

@@ -174,7 +174,7 @@ struct Endpoint::Impl {
   std::vector<std::unique_ptr<SendFlow>> submitted ABSL_GUARDED_BY(mu);
   std::vector<uint32_t> cancelled ABSL_GUARDED_BY(mu);
   EndpointStats published ABSL_GUARDED_BY(mu);
-  bool stop ABSL_GUARDED_BY(mu) = false;
+  std::atomic<bool> stop{false};  // read every loop iteration: no lock
   size_t active_flows ABSL_GUARDED_BY(mu) = 0;
 
   // Owned by the endpoint thread.
@@ -185,6 +185,12 @@ struct Endpoint::Impl {
   absl::flat_hash_set<RecvKey> closed;
   std::deque<RecvKey> closed_order;
   std::vector<Pending> pending;
+  struct AckBatch {
+    Header about;
+    std::vector<uint32_t> seqs;
+  };
+  absl::flat_hash_map<RecvKey, AckBatch> acks;     // this receive batch's ACKs
+  std::vector<std::vector<uint8_t>> ack_payloads;  // bodies of queued ACKs, until Flush
   size_t pending_sent = 0;
   std::priority_queue<Delayed, std::vector<Delayed>, std::greater<Delayed>> delayed;
   uint64_t delayed_order = 0;
@@ -200,7 +206,10 @@ struct Endpoint::Impl {
   void TakeSubmissions(uint64_t now);
   void Receive(uint64_t now);
   void HandleData(const Peer& from, const Packet& p, uint64_t now);
-  void HandleAck(const Peer& from, const Header& h, uint64_t now);
+  void HandleAck(const Peer& from, const Packet& p, uint64_t now);
+  bool AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t now);
+  void QueueAck(const Peer& to, const Header& about);
+  void EmitAcks();
   void HandleStop(const Peer& from, const Header& h);
   void QueueControl(const Peer& to, PacketType type, const Header& about);
   void DetectLosses(PeerState& ps, uint64_t now);
@@ -252,10 +261,7 @@ Endpoint::~Endpoint() {
 }
 
 void Endpoint::Shutdown() {
-  {
-    absl::MutexLock lock(&impl_->mu);
-    impl_->stop = true;
-  }
+  impl_->stop = true;
   impl_->Wake();
   if (thread_.joinable()) thread_.join();
 }
@@ -395,6 +401,40 @@ void Endpoint::Impl::QueueControl(const Peer& to, PacketType type, const Header&
   if (type == PacketType::kAck) ++stats.acks_sent;
 }
 
+void Endpoint::Impl::QueueAck(const Peer& to, const Header& about) {
+  AckBatch& b = acks[RecvKey{to, about.flow_id}];
+  if (b.seqs.empty()) b.about = about;
+  b.seqs.push_back(about.seq);
+}
+
+void Endpoint::Impl::EmitAcks() {
+  for (auto& [key, batch] : acks) {
+    for (size_t i = 0; i < batch.seqs.size(); i += 1 + kAckSeqsMax) {
+      const size_t extra = std::min(kAckSeqsMax, batch.seqs.size() - i - 1);
+      Header h = batch.about;
+      h.seq = batch.seqs[i];
+      QueueControl(key.peer, PacketType::kAck, h);
+      if (extra > 0) {
+        ack_payloads.emplace_back(extra * sizeof(uint32_t));
+        EncodeAckSeqs(batch.seqs.data() + i + 1, extra, ack_payloads.back().data());
+        Pending& p = pending.back();
+        p.body = ack_payloads.back().data();
+        p.body_len = ack_payloads.back().size();
+        // Rewrite the header's payload length.
+        Header with_len = h;
+        with_len.type = PacketType::kAck;
+        with_len.session = config.session;
+        with_len.payload_bytes = static_cast<uint16_t>(p.body_len);
+        with_len.rtprop_us = 0;
+        with_len.btlbw_kbps = 0;
+        with_len.flags = 0;
+        EncodeHeader(with_len, p.head.data());
+      }
+    }
+  }
+  acks.clear();
+}
+
 void Endpoint::Impl::Receive(uint64_t now) {
   // Bounded work per wake-up so sending is never starved.
   for (int round = 0; round < 16; ++round) {
@@ -417,13 +457,14 @@ void Endpoint::Impl::Receive(uint64_t now) {
           HandleData(d.from, p, now);
           break;
         case PacketType::kAck:
-          HandleAck(d.from, p.header, now);
+          HandleAck(d.from, p, now);
           break;
         case PacketType::kStop:
           HandleStop(d.from, p.header);
           break;
       }
     }
+    EmitAcks();
     Flush(now);
     if (static_cast<uint32_t>(got) < config.batch_max) return;
   }
@@ -436,7 +477,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
     // A retransmission whose ACK was lost, or a replay: never delivered
     // twice. ACK it again so an honest sender can finish.
     ++stats.drops[size_t(DropReason::kReplayed)];
-    QueueControl(from, PacketType::kAck, h);
+    QueueAck(from, h);
     return;
   }
   auto it = recv.find(key);
@@ -460,7 +501,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
   f.last_us = now;
   uint64_t& word = f.bitmap[h.seq / 64];
   const uint64_t bit = uint64_t{1} << (h.seq % 64);
-  QueueControl(from, PacketType::kAck, h);
+  QueueAck(from, h);
   if (word & bit) {
     ++stats.drops[size_t(DropReason::kReplayed)];
     return;
@@ -485,19 +526,29 @@ void Endpoint::Impl::CloseRecv(const RecvKey& key) {
   }
 }
 
-void Endpoint::Impl::HandleAck(const Peer& from, const Header& h, uint64_t now) {
+void Endpoint::Impl::HandleAck(const Peer& from, const Packet& p, uint64_t now) {
   ++stats.acks_received;
+  const Header& h = p.header;
   auto it = flows.find(h.flow_id);
   if (it == flows.end() || it->second->peer != from) return;  // finished or not ours
   SendFlow& f = *it->second;
-  if (h.seq >= f.state.size()) {
-    ++stats.drops[size_t(DropReason::kBadSequence)];
-    return;
-  }
-  PacketState& st = f.state[h.seq];
-  if (st.acked) return;
   PeerState& ps = PeerFor(from);
-  const uint32_t bytes = kHeaderBytes + f.packets[h.seq].floats * sizeof(float);
+  bool finished = AckOne(f, ps, h.seq, now);
+  const size_t extra = h.payload_bytes / sizeof(uint32_t);
+  for (size_t i = 0; i < extra && !finished; ++i) finished = AckOne(f, ps, AckSeq(p, i), now);
+  if (finished) FinishFlow(h.flow_id, absl::OkStatus());
+  DetectLosses(ps, now);
+}
+
+// Returns true when this ACK completed the flow.
+bool Endpoint::Impl::AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t now) {
+  if (seq >= f.state.size()) {
+    ++stats.drops[size_t(DropReason::kBadSequence)];
+    return false;
+  }
+  PacketState& st = f.state[seq];
+  if (st.acked) return false;
+  const uint32_t bytes = kHeaderBytes + f.packets[seq].floats * sizeof(float);
   st.acked = true;
   if (st.in_flight) {
     ps.inflight_bytes -= bytes;
@@ -515,10 +566,7 @@ void Endpoint::Impl::HandleAck(const Peer& from, const Header& h, uint64_t now) 
     }
   }
   ps.highest_acked_tx = std::max(ps.highest_acked_tx, st.tx_seq);
-  if (++f.acked == f.state.size()) {
-    FinishFlow(f.flow_id, absl::OkStatus());
-  }
-  DetectLosses(ps, now);
+  return ++f.acked == f.state.size();
 }
 
 void Endpoint::Impl::HandleStop(const Peer& from, const Header& h) {
@@ -716,6 +764,7 @@ void Endpoint::Impl::Flush(uint64_t now) {
     done += n;
   }
   pending.clear();
+  ack_payloads.clear();
 }
 
 void Endpoint::Impl::ReleaseDelayed(uint64_t now) {
@@ -763,11 +812,7 @@ void Endpoint::Impl::Run() {
   prctl(PR_SET_TIMERSLACK, 1UL);  // microsecond pacing needs tight timers
   pthread_setname_np(pthread_self(), "hetps-dataplane");
   pollfd fds[2] = {{socket->fd(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
-  for (;;) {
-    {
-      absl::MutexLock lock(&mu);
-      if (stop) break;
-    }
+  while (!stop.load(std::memory_order_relaxed)) {
     uint64_t now = NowUs();
     TakeSubmissions(now);
     Receive(now);

@@ -85,6 +85,12 @@ void EncodeHeader(const Header& h, uint8_t* out) {
   Put32(out + 44, h.btlbw_kbps);
 }
 
+uint32_t AckSeq(const Packet& p, size_t i) { return Get32(p.payload + 4 * i); }
+
+void EncodeAckSeqs(const uint32_t* seqs, size_t n, uint8_t* out) {
+  for (size_t i = 0; i < n; ++i) Put32(out + 4 * i, seqs[i]);
+}
+
 DropReason Decode(const uint8_t* data, size_t len, Packet* p) {
   if (data == nullptr || len < kHeaderBytes) return DropReason::kTruncated;
   if (len > kDatagramBytesMax) return DropReason::kOversized;
@@ -104,6 +110,9 @@ DropReason Decode(const uint8_t* data, size_t len, Packet* p) {
   if (h.type == PacketType::kData) {
     if (h.payload_bytes == 0) return DropReason::kBadPayload;
     if (h.payload_bytes % sizeof(float) != 0) return DropReason::kMisaligned;
+  } else if (h.type == PacketType::kAck) {
+    if (h.payload_bytes % sizeof(uint32_t) != 0) return DropReason::kMisaligned;
+    if (h.payload_bytes > kAckSeqsMax * sizeof(uint32_t)) return DropReason::kBadPayload;
   } else if (h.payload_bytes != 0) {
     return DropReason::kBadPayload;
   }

@@ -22,10 +22,14 @@ constexpr size_t kHeaderBytes = 48;
 // links use the configured packet size (default 1400 bytes of payload).
 constexpr size_t kDatagramBytesMax = 65000;
 constexpr size_t kPayloadBytesMax = kDatagramBytesMax - kHeaderBytes;
+// An ACK acknowledges its header's seq plus up to this many more, listed as
+// little-endian u32 in its payload (each packet is still acknowledged
+// individually; batching only saves datagrams).
+constexpr size_t kAckSeqsMax = 256;
 
 enum class PacketType : uint8_t {
   kData = 1,  // payload: float32 values of one chunk, from chunk_offset
-  kAck = 2,   // acknowledges `seq` of `flow_id`; no payload
+  kAck = 2,   // acknowledges `seq` of `flow_id`, and every u32 seq in the payload
   kStop = 3,  // receiver closed the flow (complete, or early close): stop sending
 };
 
@@ -76,6 +80,11 @@ struct Packet {
 
 // Writes the header into out[0, kHeaderBytes).
 void EncodeHeader(const Header& h, uint8_t* out);
+
+// The i-th extra seq listed in an ACK's payload (i < payload_bytes / 4).
+uint32_t AckSeq(const Packet& p, size_t i);
+// Writes `n` seqs as an ACK payload into out[0, 4n).
+void EncodeAckSeqs(const uint32_t* seqs, size_t n, uint8_t* out);
 
 // Decodes and validates one datagram of `len` bytes. On success fills `*p`
 // (payload aliases `data`) and returns kNone.

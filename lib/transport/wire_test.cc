@@ -89,10 +89,17 @@ TEST_CASE("every malformation maps to its drop reason", "[wire]") {
   CHECK(Decode(odd.data(), odd.size(), &p) == DropReason::kMisaligned);
   auto empty = Datagram(DataHeader(0), 0);
   CHECK(Decode(empty.data(), empty.size(), &p) == DropReason::kBadPayload);
-  Header ack = DataHeader(4);
+  Header ack = DataHeader(6);
   ack.type = PacketType::kAck;
-  auto ack_with_payload = Datagram(ack, 4);
-  CHECK(Decode(ack_with_payload.data(), ack_with_payload.size(), &p) == DropReason::kBadPayload);
+  auto ack_odd = Datagram(ack, 6);
+  CHECK(Decode(ack_odd.data(), ack_odd.size(), &p) == DropReason::kMisaligned);
+  ack.payload_bytes = 4 * (kAckSeqsMax + 1);
+  auto ack_long = Datagram(ack, ack.payload_bytes);
+  CHECK(Decode(ack_long.data(), ack_long.size(), &p) == DropReason::kBadPayload);
+  Header stop = DataHeader(4);
+  stop.type = PacketType::kStop;
+  auto stop_with_payload = Datagram(stop, 4);
+  CHECK(Decode(stop_with_payload.data(), stop_with_payload.size(), &p) == DropReason::kBadPayload);
   Header seq = DataHeader(4);
   seq.seq = 10;  // == total_packets
   auto s = Datagram(seq, 4);
@@ -112,6 +119,19 @@ TEST_CASE("ack and stop carry no payload", "[wire]") {
     REQUIRE(Decode(d.data(), d.size(), &p) == DropReason::kNone);
     CHECK(p.header.type == t);
   }
+}
+
+TEST_CASE("an ack lists extra seqs in its payload", "[wire]") {
+  Header h = DataHeader(12);
+  h.type = PacketType::kAck;
+  auto d = Datagram(h, 12);
+  const uint32_t seqs[] = {4, 5, 0xFFFFFFF0u};
+  EncodeAckSeqs(seqs, 3, d.data() + kHeaderBytes);
+  Packet p;
+  REQUIRE(Decode(d.data(), d.size(), &p) == DropReason::kNone);
+  CHECK(p.header.seq == 3);
+  CHECK(AckSeq(p, 0) == 4);
+  CHECK(AckSeq(p, 2) == 0xFFFFFFF0u);
 }
 
 TEST_CASE("drop reasons have distinct names", "[wire]") {
