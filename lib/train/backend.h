@@ -100,6 +100,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int dev
 
 std::unique_ptr<Backend> NewCpuBackend();
 
+// Threads OpenBLAS may use (process-wide; 0 = one per core). Several
+// trainers sharing a host should split the cores rather than oversubscribe.
+void SetCpuThreads(int threads);
+
 }  // namespace train
 }  // namespace hetps
 

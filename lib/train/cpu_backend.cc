@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "lib/train/backend.h"
@@ -192,6 +193,11 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> NewCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+void SetCpuThreads(int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
+  openblas_set_num_threads(std::max(1, threads));
+}
 
 }  // namespace train
 }  // namespace hetps

@@ -45,7 +45,8 @@ void CongestionControl::OnAck(uint64_t now_us, uint32_t bytes, const SendSample&
   if (interval_us > 0) {
     const uint64_t rate = (delivered_ - sample.delivered_bytes) * 8 * 1'000'000 / interval_us;
     const uint64_t rtt = rtprop_us_ > 0 ? rtprop_us_ : config_.initial_rtt_us;
-    const uint64_t window_us = std::max<uint64_t>(rtt * config_.btlbw_window_rounds, 1000);
+    const uint64_t window_us =
+        std::max<uint64_t>(rtt * config_.btlbw_window_rounds, config_.btlbw_window_min_us);
     if (now_us - bw_window_start_us_ > window_us) {
       bw_previous_max_ = bw_current_max_;
       bw_current_max_ = 0;

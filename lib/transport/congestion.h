@@ -19,11 +19,18 @@ struct CongestionConfig {
   uint32_t packet_bytes = 1400;             // datagram size used for window floors
   uint64_t initial_rate_bps = 100'000'000;  // before the first bandwidth sample
   uint32_t initial_rtt_us = 1000;           // before the first RTT sample
-  uint32_t cwnd_packets_min = 128;  // >= 2 x batch_max: ACKs arrive in batches
+  // Floor of the window: ACKs arrive in batches, and on a busy host the peer
+  // thread may not run for a scheduler tick; below ~1 MB in flight a training
+  // flow stalls on every window. Pacing, not the window, sets the rate.
+  uint32_t cwnd_packets_min = 1024;
   uint32_t cwnd_packets_max = 65536;
   uint64_t rate_bps_max = 100'000'000'000ull;
   uint32_t rtprop_window_us = 10'000'000;  // min-filter window for RTprop
-  uint32_t btlbw_window_rounds = 10;       // max-filter window, in RTprops
+  uint32_t btlbw_window_rounds = 10;       // max-filter window, in RTprops...
+  // ...but at least this long: training traffic comes in bursts (one flow
+  // per iteration) with idle gaps whose low, app-limited samples must not
+  // erase the estimate between iterations.
+  uint32_t btlbw_window_min_us = 500'000;
 };
 
 // Per-packet bookkeeping the controller needs back on ACK.

@@ -22,6 +22,7 @@ struct Path {
 TEST_CASE("estimates converge to the path's bandwidth and RTT", "[congestion]") {
   CongestionConfig c;
   c.initial_rate_bps = 10'000'000;
+  c.cwnd_packets_min = 8;  // let the BDP, not the floor, set the window
   CongestionControl cc(c);
   Path path{100'000'000, 20'000};
   uint64_t now = 0;

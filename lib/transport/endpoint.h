@@ -62,7 +62,7 @@ struct EndpointConfig {
   uint32_t send_flows_max = 4096;
   uint32_t recv_flows_max = 4096;
   uint32_t closed_flows_remembered = 16384;
-  uint32_t rto_min_us = 5000;
+  uint32_t rto_min_us = 20000;  // below this, scheduling hiccups fire spurious RTOs
   uint32_t rto_max_us = 2'000'000;
   uint32_t recv_flow_idle_ms = 60'000;  // forget half-received flows after this
   CongestionConfig congestion;

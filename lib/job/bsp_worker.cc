@@ -1,0 +1,240 @@
+#include "lib/job/bsp_worker.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/status_macros.h"
+
+namespace hetps {
+
+using transport::Header;
+using transport::Peer;
+
+BspWorker::BspWorker(const BspWorkerConfig& config) : config_(config) {}
+
+absl::StatusOr<std::unique_ptr<BspWorker>> BspWorker::Create(const BspWorkerConfig& config,
+                                                             train::Backend* backend) {
+  if (config.workers == 0 || config.rank >= config.workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker rank ", config.rank, " of ", config.workers, " workers"));
+  }
+  auto w = std::unique_ptr<BspWorker>(new BspWorker(config));
+  ASSIGN_OR_RETURN(w->train_, LoadFashionMnist(config.job.dataset, true));
+  if (config.evaluate) {
+    ASSIGN_OR_RETURN(w->test_, LoadFashionMnist(config.job.dataset, false));
+  }
+  ASSIGN_OR_RETURN(train::ModelSpec spec, train::BuiltinModel(config.job.model));
+  ASSIGN_OR_RETURN(w->model_,
+                   train::Model::Create(spec, backend, static_cast<int>(config.job.batch_size)));
+  w->sampler_ =
+      std::make_unique<ShardSampler>(w->train_.size(), config.rank, config.workers, config.job.seed,
+                                     static_cast<uint32_t>(config.job.batch_size));
+  ASSIGN_OR_RETURN(ps::ChunkLayout layout,
+                   ps::ChunkLayout::Create(w->model_->num_params(),
+                                           static_cast<uint32_t>(config.job.chunk_size)));
+  w->layout_ = std::make_unique<ps::ChunkLayout>(layout);
+  w->total_ = config.job.TotalIterations(w->train_.size(), config.workers);
+  w->params_ = w->model_->InitialParameters(config.job.seed);
+  w->grad_.resize(w->params_.size());
+  {
+    absl::MutexLock lock(&w->mu_);
+    w->incoming_ = w->params_;
+  }
+  w->SetServers(config.servers);
+  ASSIGN_OR_RETURN(w->endpoint_, transport::Endpoint::Create(config.endpoint, w.get()));
+  return w;
+}
+
+BspWorker::~BspWorker() {
+  Stop();
+  if (endpoint_) endpoint_->Shutdown();
+}
+
+void BspWorker::Stop() {
+  stop_ = true;
+  absl::MutexLock lock(&mu_);
+  arrived_.SignalAll();
+}
+
+void BspWorker::SetServers(const std::vector<Peer>& servers) {
+  absl::MutexLock lock(&mu_);
+  servers_ = servers;
+  complete_.assign(servers.size(), -1);
+  receiving_.assign(servers.size(), -1);
+  if (!servers.empty()) {
+    auto map = ps::ChunkMap::EvenSplit(*layout_, static_cast<uint32_t>(servers.size()), 1);
+    map_ = std::make_unique<ps::ChunkMap>(*map);
+  }
+  arrived_.SignalAll();
+}
+
+int BspWorker::ServerIndex(const Peer& p) const {
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (servers_[i] == p) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool BspWorker::AcceptFlow(const Peer& from, const Header& first) {
+  absl::MutexLock lock(&mu_);
+  const int s = ServerIndex(from);
+  if (s < 0 || int64_t(first.iteration) <= complete_[s]) return false;
+  receiving_[s] = first.iteration;
+  return true;
+}
+
+void BspWorker::OnData(const Peer& from, const Header& h, const uint8_t* payload) {
+  absl::MutexLock lock(&mu_);
+  const int s = ServerIndex(from);
+  const uint32_t floats = h.payload_bytes / sizeof(float);
+  if (s < 0 || map_ == nullptr || h.chunk_id >= layout_->num_chunks() ||
+      map_->owner(h.chunk_id) != uint32_t(s) ||
+      uint64_t(h.chunk_offset) + floats > layout_->chunk(h.chunk_id).floats) {
+    ++bad_packets_;
+    return;
+  }
+  std::memcpy(incoming_.data() + layout_->chunk(h.chunk_id).offset + h.chunk_offset, payload,
+              h.payload_bytes);
+}
+
+void BspWorker::OnFlowDone(const Peer& from, uint32_t, uint32_t iteration) {
+  absl::MutexLock lock(&mu_);
+  const int s = ServerIndex(from);
+  if (s < 0) return;
+  complete_[s] = std::max<int64_t>(complete_[s], iteration);
+  arrived_.SignalAll();
+}
+
+absl::Status BspWorker::Run(int64_t report_every,
+                            const std::function<void(const WorkerProgress&)>& progress) {
+  using Clock = std::chrono::steady_clock;
+  auto secs = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  WorkerProgress p;
+  p.total = total_;
+  const size_t px = train_.pixels_per_image();
+  const int batch = static_cast<int>(config_.job.batch_size);
+  std::vector<float> x(size_t(batch) * px);
+  std::vector<uint8_t> y(batch);
+  double loss_sum = 0;
+  int64_t loss_n = 0, last_report_it = 0;
+  auto last_report = Clock::now();
+  int64_t t = 0;
+  for (;;) {
+    // Pull: parameters t from every server (or newer, if we fell behind).
+    const auto wait_start = Clock::now();
+    int64_t have;
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time deadline = absl::Now() + config_.pull_timeout;
+      auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        if (stop_ || servers_.empty()) return bool(stop_);
+        for (size_t s = 0; s < complete_.size(); ++s) {
+          // A server still sending an older round is not ready.
+          if (complete_[s] < t || receiving_[s] > complete_[s]) return false;
+        }
+        return true;
+      };
+      while (!ready()) {
+        if (arrived_.WaitWithDeadline(&mu_, deadline)) break;
+      }
+      if (stop_) return absl::CancelledError("worker stopped");
+      if (!ready()) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("worker ", config_.rank, ": no parameters for iteration ", t, " within ",
+                         absl::FormatDuration(config_.pull_timeout)));
+      }
+      have = *std::min_element(complete_.begin(), complete_.end());
+      params_ = incoming_;
+    }
+    p.pull_wait_s += secs(wait_start, Clock::now());
+    if (have > t) {
+      p.skipped += have - t;
+      t = have;
+    }
+    if (t >= total_) break;  // the final parameters
+
+    // Compute.
+    const auto compute_start = Clock::now();
+    const std::vector<uint32_t> idx = sampler_->Batch(static_cast<uint64_t>(t));
+    for (int i = 0; i < batch; ++i) {
+      std::copy_n(train_.pixels.begin() + size_t(idx[i]) * px, px, x.begin() + size_t(i) * px);
+      y[i] = train_.labels[idx[i]];
+    }
+    RETURN_IF_ERROR(model_->SetParameters(params_));
+    ASSIGN_OR_RETURN(float loss,
+                     model_->ComputeGradients(x.data(), y.data(), batch, absl::MakeSpan(grad_)));
+    loss_sum += loss;
+    ++loss_n;
+    p.compute_s += secs(compute_start, Clock::now());
+
+    // Push: each server gets the gradient of the chunks it owns.
+    const auto push_start = Clock::now();
+    std::vector<std::shared_ptr<transport::SendHandle>> handles;
+    {
+      absl::MutexLock lock(&mu_);
+      const uint32_t pf = config_.endpoint.payload_floats();
+      for (uint32_t s = 0; s < servers_.size(); ++s) {
+        std::vector<transport::PacketSpan> packets;
+        for (uint32_t c : map_->ChunksOf(s)) {
+          const ps::Chunk ch = layout_->chunk(c);
+          transport::AppendPackets(c, grad_.data() + ch.offset, ch.floats, pf, true, &packets);
+        }
+        if (!packets.empty()) {
+          handles.push_back(
+              endpoint_->Send(servers_[s], static_cast<uint32_t>(t), std::move(packets)));
+        }
+      }
+    }
+    // The gradient buffer must stay put until every push is done (or given up).
+    for (auto& h : handles) {
+      if (!h->Wait(config_.job.round_deadline_ms * absl::Milliseconds(1))) endpoint_->Cancel(h);
+    }
+    for (auto& h : handles) {
+      while (!h->done()) absl::SleepFor(absl::Microseconds(200));
+    }
+    p.push_s += secs(push_start, Clock::now());
+    ++t;
+
+    p.iteration = t;
+    const bool eval =
+        config_.evaluate && config_.job.eval_every > 0 && t % config_.job.eval_every == 0;
+    if (eval || (report_every > 0 && t % report_every == 0)) {
+      p.loss = loss_n > 0 ? loss_sum / loss_n : 0;
+      const auto now = Clock::now();
+      p.samples_per_s = double(t - last_report_it) * batch / std::max(1e-9, secs(last_report, now));
+      p.test_accuracy = -1;
+      if (eval) {
+        // Parameters t: what we computed with plus our own update is not
+        // known here; evaluate the ones we pulled.
+        ASSIGN_OR_RETURN(
+            train::EvalResult r,
+            model_->Evaluate(test_.pixels.data(), test_.labels.data(),
+                             std::min<size_t>(config_.job.eval_samples, test_.size())));
+        p.test_accuracy = r.accuracy;
+      }
+      if (progress) progress(p);
+      loss_sum = 0;
+      loss_n = 0;
+      last_report_it = t;
+      last_report = Clock::now();
+    }
+  }
+  // Final parameters are in params_.
+  p.iteration = total_;
+  if (config_.evaluate) {
+    RETURN_IF_ERROR(model_->SetParameters(params_));
+    ASSIGN_OR_RETURN(final_eval_,
+                     model_->Evaluate(test_.pixels.data(), test_.labels.data(),
+                                      std::min<size_t>(config_.job.eval_samples, test_.size())));
+    p.test_accuracy = final_eval_.accuracy;
+  }
+  p.loss = loss_n > 0 ? loss_sum / loss_n : p.loss;
+  if (progress) progress(p);
+  return absl::OkStatus();
+}
+
+}  // namespace hetps

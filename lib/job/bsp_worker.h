@@ -1,0 +1,112 @@
+// BspWorker: the trainer side of bulk-synchronous training (the heart of
+// workerd). Each iteration t:
+//   1. pull: wait until every server has delivered its chunks of parameters t
+//      (servers push them when round t opens);
+//   2. compute: forward/backward on this worker's ShardSampler batch t;
+//   3. push: send each server the gradient of the chunks it owns.
+// It ends when the final parameters (iteration = total) arrive. If this
+// worker falls behind (a round closed at its deadline without it), it jumps
+// to the newest parameters the servers sent; its stale pushes are refused.
+//
+// Threads: Run() on the caller's thread; the Endpoint's thread delivers
+// parameters under mu_. Stop() may be called from any thread.
+#ifndef HETPS_LIB_JOB_BSP_WORKER_H_
+#define HETPS_LIB_JOB_BSP_WORKER_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "lib/data/idx.h"
+#include "lib/data/sampler.h"
+#include "lib/job/job_spec.h"
+#include "lib/ps/chunk_map.h"
+#include "lib/train/model.h"
+#include "lib/transport/endpoint.h"
+
+namespace hetps {
+
+struct BspWorkerConfig {
+  JobSpec job;
+  uint32_t rank = 0;
+  uint32_t workers = 1;
+  std::vector<transport::Peer> servers;  // by server index
+  transport::EndpointConfig endpoint;
+  absl::Duration pull_timeout = absl::Seconds(60);  // no parameters at all: give up
+  bool evaluate = true;                             // test-set evaluation (rank 0 usually)
+};
+
+struct WorkerProgress {
+  int64_t iteration = 0;  // iterations done
+  int64_t total = 0;
+  double loss = 0;
+  double test_accuracy = -1;  // -1: not evaluated at this report
+  double samples_per_s = 0;
+  double compute_s = 0;  // cumulative time breakdown
+  double push_s = 0;
+  double pull_wait_s = 0;
+  int64_t skipped = 0;  // iterations jumped over after falling behind
+};
+
+class BspWorker : public transport::Receiver {
+ public:
+  // Loads the datasets, builds the model on `backend` (not owned; must
+  // outlive the worker) and binds the endpoint.
+  static absl::StatusOr<std::unique_ptr<BspWorker>> Create(const BspWorkerConfig& config,
+                                                           train::Backend* backend);
+  ~BspWorker() override;
+
+  transport::Peer local() const { return endpoint_->local(); }
+  transport::EndpointStats endpoint_stats() const { return endpoint_->GetStats(); }
+  // Servers are given later when they start after the workers.
+  void SetServers(const std::vector<transport::Peer>& servers);
+
+  // Trains to the end. `progress` is called after every iteration that
+  // evaluates and every `report_every` iterations.
+  absl::Status Run(int64_t report_every,
+                   const std::function<void(const WorkerProgress&)>& progress);
+  void Stop();
+  // The parameters after Run: the final ones the servers sent.
+  const std::vector<float>& params() const { return params_; }
+  const train::EvalResult& final_eval() const { return final_eval_; }
+  int64_t total_iterations() const { return total_; }
+
+  // transport::Receiver (endpoint thread)
+  bool AcceptFlow(const transport::Peer& from, const transport::Header& first) override;
+  void OnData(const transport::Peer& from, const transport::Header& h,
+              const uint8_t* payload) override;
+  void OnFlowDone(const transport::Peer& from, uint32_t flow_id, uint32_t iteration) override;
+
+ private:
+  explicit BspWorker(const BspWorkerConfig& config);
+  int ServerIndex(const transport::Peer& p) const;  // -1 if unknown; mu_ held
+
+  BspWorkerConfig config_;
+  ImageDataset train_, test_;
+  std::unique_ptr<train::Model> model_;
+  std::unique_ptr<ShardSampler> sampler_;
+  std::unique_ptr<ps::ChunkLayout> layout_;
+  std::unique_ptr<ps::ChunkMap> map_;
+  std::unique_ptr<transport::Endpoint> endpoint_;
+  std::vector<float> params_, grad_;
+  train::EvalResult final_eval_;
+  int64_t total_ = 0;
+  std::atomic<bool> stop_{false};
+
+  mutable absl::Mutex mu_;
+  absl::CondVar arrived_;
+  std::vector<transport::Peer> servers_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> incoming_ ABSL_GUARDED_BY(mu_);
+  // Per server: the newest iteration whose parameters fully arrived, and
+  // the iteration being received.
+  std::vector<int64_t> complete_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> receiving_ ABSL_GUARDED_BY(mu_);
+  uint64_t bad_packets_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace hetps
+
+#endif  // HETPS_LIB_JOB_BSP_WORKER_H_

@@ -1,0 +1,241 @@
+#include "lib/ps/shard_server.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/status_macros.h"
+#include "lib/ps/aggregate.h"
+
+namespace hetps {
+namespace ps {
+
+using transport::Header;
+using transport::PacketSpan;
+using transport::Peer;
+
+ShardServer::ShardServer(const ShardServerConfig& config, ChunkLayout layout, ChunkMap map)
+    : config_(config), layout_(layout), map_(std::move(map)) {}
+
+absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
+    const ShardServerConfig& config, absl::Span<const float> initial_params) {
+  if (initial_params.size() != config.num_params) {
+    return absl::InvalidArgumentError(absl::StrCat("shard server: ", initial_params.size(),
+                                                   " initial parameters for a model of ",
+                                                   config.num_params));
+  }
+  if (config.server_index >= config.num_servers) {
+    return absl::InvalidArgumentError("shard server: server_index >= num_servers");
+  }
+  RETURN_IF_ERROR(train::ValidateOptimizerConfig(config.optimizer));
+  ASSIGN_OR_RETURN(ChunkLayout layout, ChunkLayout::Create(config.num_params, config.chunk_floats));
+  if (layout.chunk_floats() > config.endpoint.payload_floats() * 65536ull) {
+    return absl::InvalidArgumentError("shard server: chunk_size too large for the packet size");
+  }
+  ASSIGN_OR_RETURN(ChunkMap map, ChunkMap::EvenSplit(layout, config.num_servers, 1));
+  auto s = std::unique_ptr<ShardServer>(new ShardServer(config, layout, std::move(map)));
+  s->owned_ = s->map_.ChunksOf(config.server_index);
+  for (uint32_t c : s->owned_) {
+    s->local_[c] = s->floats_;
+    const Chunk ch = layout.chunk(c);
+    s->params_.insert(s->params_.end(), initial_params.begin() + ch.offset,
+                      initial_params.begin() + ch.offset + ch.floats);
+    s->floats_ += ch.floats;
+  }
+  s->aggregate_.resize(s->floats_);
+  s->optimizer_ = std::make_unique<train::OptimizerState>(config.optimizer, s->floats_);
+  ASSIGN_OR_RETURN(s->endpoint_, transport::Endpoint::Create(config.endpoint, s.get()));
+  return s;
+}
+
+ShardServer::~ShardServer() {
+  Stop();
+  endpoint_->Shutdown();
+}
+
+void ShardServer::SetWorkers(const std::vector<Peer>& workers) {
+  absl::MutexLock lock(&mu_);
+  workers_ = workers;
+  ++membership_epoch_;
+  changed_.SignalAll();
+}
+
+void ShardServer::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void ShardServer::Stop() {
+  stop_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    changed_.SignalAll();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+bool ShardServer::WaitFinished(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!stats_.finished && !stop_) {
+    if (changed_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  return stats_.finished;
+}
+
+ShardServerStats ShardServer::GetStats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+std::vector<float> ShardServer::OwnedParams() const { return params_; }
+
+std::vector<PacketSpan> ShardServer::OwnedPackets(const float* base) const {
+  std::vector<PacketSpan> packets;
+  const uint32_t pf = config_.endpoint.payload_floats();
+  for (uint32_t c : owned_) {
+    const Chunk ch = layout_.chunk(c);
+    transport::AppendPackets(c, base + local_.at(c), ch.floats, pf, true, &packets);
+  }
+  return packets;
+}
+
+void ShardServer::Broadcast(uint32_t iteration) {
+  const int b = iteration % 2;
+  // The snapshot two rounds back is free again once its flows are done; a
+  // worker that is still not done with it is gone or far behind.
+  for (auto& h : in_flight_[b]) endpoint_->Cancel(h);
+  in_flight_[b].clear();
+  broadcast_[b] = params_;
+  std::vector<Peer> workers;
+  {
+    absl::MutexLock lock(&mu_);
+    workers = workers_;
+  }
+  if (owned_.empty()) return;
+  for (const Peer& w : workers) {
+    in_flight_[b].push_back(endpoint_->Send(w, iteration, OwnedPackets(broadcast_[b].data())));
+  }
+}
+
+bool ShardServer::AcceptFlow(const Peer& from, const Header& first) {
+  absl::MutexLock lock(&mu_);
+  const bool ok = round_open_ && first.iteration == round_ && slots_.contains(from);
+  if (!ok) ++stats_.stale_pushes;
+  return ok;
+}
+
+void ShardServer::OnData(const Peer& from, const Header& h, const uint8_t* payload) {
+  absl::MutexLock lock(&mu_);
+  if (!round_open_ || h.iteration != round_) return;  // closed while in flight
+  auto slot = slots_.find(from);
+  auto local = local_.find(h.chunk_id);
+  const uint32_t floats = h.payload_bytes / sizeof(float);
+  if (slot == slots_.end() || local == local_.end() ||
+      uint64_t(h.chunk_offset) + floats > layout_.chunk(h.chunk_id).floats) {
+    ++stats_.bad_chunks;
+    return;
+  }
+  std::memcpy(slot->second.grad.data() + local->second + h.chunk_offset, payload, h.payload_bytes);
+}
+
+void ShardServer::OnFlowDone(const Peer& from, uint32_t, uint32_t iteration) {
+  absl::MutexLock lock(&mu_);
+  if (!round_open_ || iteration != round_) return;
+  auto slot = slots_.find(from);
+  if (slot == slots_.end()) return;
+  slot->second.done = true;
+  changed_.SignalAll();
+}
+
+void ShardServer::Run() {
+  using Clock = std::chrono::steady_clock;
+  for (uint32_t t = 0; t < config_.total_iterations && !stop_; ++t) {
+    const auto round_start = Clock::now();
+    uint64_t epoch;
+    {
+      absl::MutexLock lock(&mu_);
+      // Buffers for this round's live workers; reuse the allocations.
+      absl::flat_hash_map<Peer, Slot> next;
+      for (const Peer& w : workers_) {
+        auto it = slots_.find(w);
+        Slot s;
+        if (it != slots_.end()) s.grad = std::move(it->second.grad);
+        s.grad.resize(floats_);
+        s.done = false;
+        next.emplace(w, std::move(s));
+      }
+      slots_ = std::move(next);
+      round_ = t;
+      round_open_ = true;
+      epoch = membership_epoch_;
+    }
+    Broadcast(t);
+    const absl::Time deadline = absl::Now() + config_.round_deadline;
+    std::vector<const float*> inputs;
+    bool by_deadline = false, by_membership = false;
+    {
+      absl::MutexLock lock(&mu_);
+      for (;;) {
+        if (stop_) break;
+        // Workers that left are no longer waited for.
+        if (membership_epoch_ != epoch) {
+          std::vector<Peer> gone;
+          for (auto& [peer, slot] : slots_) {
+            if (std::find(workers_.begin(), workers_.end(), peer) == workers_.end()) {
+              gone.push_back(peer);
+            }
+          }
+          for (const Peer& p : gone) {
+            if (!slots_[p].done) by_membership = true;
+            slots_.erase(p);
+          }
+          epoch = membership_epoch_;
+        }
+        bool all = true;
+        for (auto& [peer, slot] : slots_) all = all && slot.done;
+        if (all) break;
+        if (changed_.WaitWithDeadline(&mu_, deadline)) {
+          by_deadline = true;
+          break;
+        }
+      }
+      round_open_ = false;
+      // Sum in worker rank order, so results never depend on hash order.
+      for (const Peer& w : workers_) {
+        auto it = slots_.find(w);
+        if (it != slots_.end() && it->second.done) inputs.push_back(it->second.grad.data());
+      }
+    }
+    if (stop_) break;
+    const auto agg_start = Clock::now();
+    if (!inputs.empty()) {
+      SumScaled(inputs.data(), inputs.size(), floats_, 1.0f / inputs.size(), aggregate_.data());
+      optimizer_->Apply(absl::MakeSpan(params_), aggregate_);
+    }
+    const auto agg_end = Clock::now();
+    absl::MutexLock lock(&mu_);
+    stats_.iteration = t + 1;
+    stats_.last_contributors = static_cast<uint32_t>(inputs.size());
+    if (by_deadline) {
+      ++stats_.rounds_by_deadline;
+    } else if (by_membership) {
+      ++stats_.rounds_by_membership;
+    } else {
+      ++stats_.rounds_complete;
+    }
+    stats_.last_aggregate_ms =
+        std::chrono::duration<double, std::milli>(agg_end - agg_start).count();
+    stats_.last_round_ms = std::chrono::duration<double, std::milli>(agg_end - round_start).count();
+  }
+  if (stop_) return;
+  // Final parameters to everyone, then wait (bounded) for them to land.
+  Broadcast(config_.total_iterations);
+  for (auto& h : in_flight_[config_.total_iterations % 2]) h->Wait(config_.round_deadline);
+  absl::MutexLock lock(&mu_);
+  stats_.finished = true;
+  changed_.SignalAll();
+}
+
+}  // namespace ps
+}  // namespace hetps

@@ -1,0 +1,129 @@
+// ShardServer: the parameter-server side of bulk-synchronous training for
+// the chunks one psd owns (ChunkMap). Each round t:
+//   1. broadcast parameters t (the owned chunks) to every live worker;
+//   2. collect each worker's pushed gradient for t into that worker's buffer;
+//   3. close when every live worker's push is complete, or at the round
+//      deadline with whoever completed (a dead or slow worker never hangs a
+//      round; membership changes from SetWorkers close it at once);
+//   4. average the completed gradients (sum / contributors), apply the
+//      optimizer, and go on with t + 1.
+// After the last round it broadcasts the final parameters (iteration =
+// total_iterations) and finishes.
+//
+// Threads: the Endpoint's thread delivers packets (Receiver callbacks); one
+// round thread runs the loop above. Shared round state is under mu_.
+// Start/Stop/SetWorkers/GetStats are thread-safe.
+#ifndef HETPS_LIB_PS_SHARD_SERVER_H_
+#define HETPS_LIB_PS_SHARD_SERVER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "lib/ps/chunk_map.h"
+#include "lib/train/optimizer.h"
+#include "lib/transport/endpoint.h"
+
+namespace hetps {
+namespace ps {
+
+struct ShardServerConfig {
+  uint32_t server_index = 0;
+  uint64_t num_params = 0;
+  uint32_t chunk_floats = 16384;
+  uint32_t num_servers = 1;
+  train::OptimizerConfig optimizer;
+  uint32_t total_iterations = 0;
+  absl::Duration round_deadline = absl::Seconds(5);
+  transport::EndpointConfig endpoint;
+};
+
+struct ShardServerStats {
+  uint32_t iteration = 0;             // rounds closed so far
+  uint64_t rounds_complete = 0;       // every live worker contributed
+  uint64_t rounds_by_deadline = 0;    // closed at the deadline without some
+  uint64_t rounds_by_membership = 0;  // closed early because a worker left
+  uint64_t stale_pushes = 0;          // flows refused: wrong iteration or peer
+  uint64_t bad_chunks = 0;            // packets for chunks we do not own / out of range
+  uint32_t last_contributors = 0;
+  double last_aggregate_ms = 0;
+  double last_round_ms = 0;
+  bool finished = false;
+};
+
+class ShardServer : public transport::Receiver {
+ public:
+  // `initial_params` is the full model vector (every node derives the same
+  // one from the job seed); the server keeps its own chunks.
+  static absl::StatusOr<std::unique_ptr<ShardServer>> Create(
+      const ShardServerConfig& config, absl::Span<const float> initial_params);
+  ~ShardServer() override;
+
+  transport::Peer local() const { return endpoint_->local(); }
+  transport::Endpoint& endpoint() { return *endpoint_; }
+
+  // The live workers, by rank. Removing a worker closes a round waiting for
+  // it; adding one includes it from the next round.
+  void SetWorkers(const std::vector<transport::Peer>& workers);
+  void Start();
+  // Blocks until every round is done (or Stop). True when finished.
+  bool WaitFinished(absl::Duration timeout);
+  void Stop();
+  ShardServerStats GetStats() const;
+  // This server's chunks of the parameters, in chunk order. Call only once
+  // WaitFinished returned true (the round thread owns them until then).
+  std::vector<float> OwnedParams() const;
+  const std::vector<uint32_t>& owned_chunks() const { return owned_; }
+
+  // transport::Receiver (endpoint thread)
+  bool AcceptFlow(const transport::Peer& from, const transport::Header& first) override;
+  void OnData(const transport::Peer& from, const transport::Header& h,
+              const uint8_t* payload) override;
+  void OnFlowDone(const transport::Peer& from, uint32_t flow_id, uint32_t iteration) override;
+
+ private:
+  ShardServer(const ShardServerConfig& config, ChunkLayout layout, ChunkMap map);
+  void Run();
+  void Broadcast(uint32_t iteration);
+  std::vector<transport::PacketSpan> OwnedPackets(const float* base) const;
+
+  const ShardServerConfig config_;
+  const ChunkLayout layout_;
+  const ChunkMap map_;
+  std::vector<uint32_t> owned_;                  // chunk ids, ascending
+  absl::flat_hash_map<uint32_t, size_t> local_;  // chunk id -> local offset
+  size_t floats_ = 0;
+  std::unique_ptr<transport::Endpoint> endpoint_;
+  std::unique_ptr<train::OptimizerState> optimizer_;
+  std::vector<float> params_;        // round thread only
+  std::vector<float> broadcast_[2];  // snapshots being sent, double-buffered
+  std::vector<std::shared_ptr<transport::SendHandle>> in_flight_[2];
+  std::vector<float> aggregate_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;
+  std::vector<transport::Peer> workers_ ABSL_GUARDED_BY(mu_);
+  uint64_t membership_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  bool round_open_ ABSL_GUARDED_BY(mu_) = false;
+  uint32_t round_ ABSL_GUARDED_BY(mu_) = 0;
+  // Per worker peer: gradient buffer and whether its push completed.
+  struct Slot {
+    std::vector<float> grad;
+    bool done = false;
+  };
+  absl::flat_hash_map<transport::Peer, Slot> slots_ ABSL_GUARDED_BY(mu_);
+  ShardServerStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps
+}  // namespace hetps
+
+#endif  // HETPS_LIB_PS_SHARD_SERVER_H_
