@@ -2,18 +2,10 @@
 
 #include <utility>
 
+#include "lib/base/splitmix.h"
 #include "lib/data/idx.h"
 
 namespace hetps {
-namespace {
-
-uint64_t Mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 ShardSampler::ShardSampler(size_t n, uint32_t worker, uint32_t workers, uint64_t seed,
                            uint32_t batch)
@@ -30,9 +22,10 @@ const std::vector<uint32_t>& ShardSampler::Order(uint64_t epoch) {
   if (epoch == cached_epoch_) return order_;
   order_ = shard_;
   // Fisher-Yates from a counter-based stream: platform-independent.
-  uint64_t state = Mix(seed_ ^ Mix(0x5EED0000ull + worker_) ^ Mix(epoch * 0x9E3779B97F4A7C15ull));
+  uint64_t state =
+      Mix64(seed_ ^ Mix64(0x5EED0000ull + worker_) ^ Mix64(epoch * SplitMix64::kGamma));
   for (size_t i = order_.size(); i > 1; --i) {
-    state = Mix(state + 0x9E3779B97F4A7C15ull);
+    state = Mix64(state + SplitMix64::kGamma);
     std::swap(order_[i - 1], order_[state % i]);
   }
   cached_epoch_ = epoch;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/splitmix.h"
 #include "lib/base/status_macros.h"
 
 namespace hetps {
@@ -192,23 +193,6 @@ absl::Status Model::Build() {
   backend_->Fill(params_, num_params_, 0.f);
   return backend_->Sync();
 }
-
-namespace {
-
-// splitmix64: tiny, fast, and the same sequence on every platform.
-struct SplitMix64 {
-  uint64_t state;
-  uint64_t Next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [-1, 1), from the top 24 bits (exact in float).
-  float Symmetric() { return static_cast<float>(Next() >> 40) * (2.0f / 16777216.0f) - 1.0f; }
-};
-
-}  // namespace
 
 std::vector<float> Model::InitialParameters(uint64_t seed) const {
   std::vector<float> p(num_params_, 0.f);
