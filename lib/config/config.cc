@@ -1,6 +1,5 @@
 #include "lib/config/config.h"
 
-
 #include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
