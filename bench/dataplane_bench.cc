@@ -10,7 +10,7 @@
 // Prints a table and the ratio hetps / raw, the median over back-to-back
 // pairs (goal: >= 0.6). Loopback on a shared VM is noisy: use --repeats >= 5.
 //
-// usage: dataplane_bench [--mb 100] [--packet-bytes 1400] [--repeats 3]
+// usage: dataplane_bench [--mb 100] [--packet-bytes 1400] [--repeats 3] [--verbose]
 #include <arpa/inet.h>
 #include <poll.h>
 #include <sys/resource.h>
@@ -117,12 +117,11 @@ struct HetpsResult {
   uint64_t retransmissions = 0;
 };
 
-HetpsResult HetpsGoodputGbps(size_t bytes_each, int senders, uint32_t packet_bytes) {
+HetpsResult HetpsGoodputGbps(size_t bytes_each, int senders, uint32_t packet_bytes, bool verbose) {
   EndpointConfig c;
   c.session = 42;
   c.packet_bytes = packet_bytes;
   c.socket_buffer_bytes = 32u << 20;
-  if (getenv("BENCH_CWND_MIN")) c.congestion.cwnd_packets_min = atoi(getenv("BENCH_CWND_MIN"));
   Sink sink(16u << 20);
   auto server = Endpoint::Create(c, &sink);
   if (!server.ok()) return {};
@@ -153,7 +152,7 @@ HetpsResult HetpsGoodputGbps(size_t bytes_each, int senders, uint32_t packet_byt
   const auto end = sink.WaitFlows(senders);
   HetpsResult r;
   for (auto& h : handles) r.retransmissions += h->retransmissions();
-  if (getenv("BENCH_VERBOSE")) {
+  if (verbose) {
     for (auto& cl : clients) {
       for (const auto& pe : cl->GetStats().peers) {
         std::fprintf(stderr,
@@ -164,8 +163,7 @@ HetpsResult HetpsGoodputGbps(size_t bytes_each, int senders, uint32_t packet_byt
     }
   }
   const double secs = Seconds(start, end);
-  if (getenv("BENCH_VERBOSE"))
-    std::fprintf(stderr, "  cpu %.2f cores busy\n", (cpu() - cpu0) / secs);
+  if (verbose) std::fprintf(stderr, "  cpu %.2f cores busy\n", (cpu() - cpu0) / secs);
   r.gbps = double(bytes_each) * senders * 8 / secs / 1e9;
   return r;
 }
@@ -179,6 +177,10 @@ int Main(int argc, char** argv) {
   size_t mb = 100;
   uint32_t packet_bytes = 1400;
   int repeats = 3;
+  bool verbose = false;  // per-peer estimates and CPU use on stderr
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--verbose") verbose = true;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--mb") absl::SimpleAtoi(argv[i + 1], &mb);
@@ -193,8 +195,8 @@ int Main(int argc, char** argv) {
     std::vector<double> raw, ours, ratios;
     uint64_t retx = 0;
     for (int r = 0; r < repeats; ++r) {
-      raw.push_back(getenv("BENCH_SKIP_RAW") ? 1.0 : RawGoodputGbps(each, senders, packet_bytes));
-      HetpsResult h = HetpsGoodputGbps(each, senders, packet_bytes);
+      raw.push_back(RawGoodputGbps(each, senders, packet_bytes));
+      HetpsResult h = HetpsGoodputGbps(each, senders, packet_bytes, verbose);
       ours.push_back(h.gbps);
       ratios.push_back(raw.back() > 0 ? h.gbps / raw.back() : 0);
       retx += h.retransmissions;

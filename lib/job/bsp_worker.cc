@@ -193,9 +193,8 @@ absl::Status BspWorker::Run(int64_t report_every,
     for (auto& h : handles) {
       if (!h->Wait(config_.job.round_deadline_ms * absl::Milliseconds(1))) endpoint_->Cancel(h);
     }
-    for (auto& h : handles) {
-      while (!h->done()) absl::SleepFor(absl::Microseconds(200));
-    }
+    // Cancelled flows finish on the endpoint thread's next turn.
+    for (auto& h : handles) h->Wait(absl::InfiniteDuration());
     p.push_s += secs(push_start, Clock::now());
     ++t;
 
@@ -208,8 +207,8 @@ absl::Status BspWorker::Run(int64_t report_every,
       p.samples_per_s = double(t - last_report_it) * batch / std::max(1e-9, secs(last_report, now));
       p.test_accuracy = -1;
       if (eval) {
-        // Parameters t: what we computed with plus our own update is not
-        // known here; evaluate the ones we pulled.
+        // Evaluates the parameters pulled for this iteration (the model
+        // holds them); the update from this iteration arrives with the next pull.
         ASSIGN_OR_RETURN(
             train::EvalResult r,
             model_->Evaluate(test_.pixels.data(), test_.labels.data(),

@@ -211,7 +211,10 @@ struct Endpoint::Impl {
   void QueueAck(const Peer& to, const Header& about);
   void EmitAcks();
   void HandleStop(const Peer& from, const Header& h);
-  void QueueControl(const Peer& to, PacketType type, const Header& about);
+  // An ACK or STOP about `about`'s flow; `body` (ACK seq list) must live
+  // until the next Flush.
+  void QueueControl(const Peer& to, PacketType type, const Header& about,
+                    const std::vector<uint8_t>* body = nullptr);
   void DetectLosses(PeerState& ps, uint64_t now);
   void MarkLost(SendFlow& f, uint32_t seq, PeerState& ps);
   void SendData(uint64_t now);
@@ -384,9 +387,14 @@ void Endpoint::Impl::FinishFlow(uint32_t flow_id, absl::Status s) {
   --active_flows;
 }
 
-void Endpoint::Impl::QueueControl(const Peer& to, PacketType type, const Header& about) {
+void Endpoint::Impl::QueueControl(const Peer& to, PacketType type, const Header& about,
+                                  const std::vector<uint8_t>* body) {
   Pending p;
   p.to = to;
+  if (body != nullptr) {
+    p.body = body->data();
+    p.body_len = body->size();
+  }
   Header h;
   h.type = type;
   h.session = config.session;
@@ -396,6 +404,7 @@ void Endpoint::Impl::QueueControl(const Peer& to, PacketType type, const Header&
   h.chunk_id = about.chunk_id;
   h.chunk_offset = about.chunk_offset;
   h.iteration = about.iteration;
+  h.payload_bytes = static_cast<uint16_t>(p.body_len);
   EncodeHeader(h, p.head.data());
   pending.push_back(p);
   if (type == PacketType::kAck) ++stats.acks_sent;
@@ -413,23 +422,13 @@ void Endpoint::Impl::EmitAcks() {
       const size_t extra = std::min(kAckSeqsMax, batch.seqs.size() - i - 1);
       Header h = batch.about;
       h.seq = batch.seqs[i];
-      QueueControl(key.peer, PacketType::kAck, h);
+      const std::vector<uint8_t>* body = nullptr;
       if (extra > 0) {
         ack_payloads.emplace_back(extra * sizeof(uint32_t));
         EncodeAckSeqs(batch.seqs.data() + i + 1, extra, ack_payloads.back().data());
-        Pending& p = pending.back();
-        p.body = ack_payloads.back().data();
-        p.body_len = ack_payloads.back().size();
-        // Rewrite the header's payload length.
-        Header with_len = h;
-        with_len.type = PacketType::kAck;
-        with_len.session = config.session;
-        with_len.payload_bytes = static_cast<uint16_t>(p.body_len);
-        with_len.rtprop_us = 0;
-        with_len.btlbw_kbps = 0;
-        with_len.flags = 0;
-        EncodeHeader(with_len, p.head.data());
+        body = &ack_payloads.back();
       }
+      QueueControl(key.peer, PacketType::kAck, h, body);
     }
   }
   acks.clear();
