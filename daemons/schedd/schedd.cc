@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "lib/base/net_address.h"
 #include "lib/base/status_macros.h"
@@ -55,6 +56,10 @@ class Schedd::Metrics {
                       .Help("Open WatchMembership streams.")
                       .Register(r)
                       .Add({})),
+        jobs_(prometheus::BuildGauge()
+                  .Name("schedd_jobs")
+                  .Help("Jobs in schedd's history (the last 16) by state.")
+                  .Register(r)),
         watch_overflows_(prometheus::BuildCounter()
                              .Name("schedd_watch_overflows_total")
                              .Help("Watch streams closed because the watcher fell behind.")
@@ -81,6 +86,14 @@ class Schedd::Metrics {
     version_.Set(static_cast<double>(m.version()));
   }
 
+  void RefreshJobs(const JobTable& t) {
+    for (const auto& [state, n] : t.StateCounts()) {
+      std::string name = v1::JobState_Name(state);
+      name = absl::AsciiStrToLower(name.substr(std::string("JOB_STATE_").size()));
+      jobs_.Add({{"state", name}}).Set(n);
+    }
+  }
+
   prometheus::Counter& deaths() { return deaths_; }
   prometheus::Gauge& watchers() { return watchers_; }
   prometheus::Counter& watch_overflows() { return watch_overflows_; }
@@ -94,6 +107,8 @@ class Schedd::Metrics {
         return "INVALID_ARGUMENT";
       case grpc::StatusCode::NOT_FOUND:
         return "NOT_FOUND";
+      case grpc::StatusCode::FAILED_PRECONDITION:
+        return "FAILED_PRECONDITION";
       case grpc::StatusCode::RESOURCE_EXHAUSTED:
         return "RESOURCE_EXHAUSTED";
       case grpc::StatusCode::UNIMPLEMENTED:
@@ -112,11 +127,14 @@ class Schedd::Metrics {
   prometheus::Counter& deaths_;
   prometheus::Gauge& version_;
   prometheus::Gauge& watchers_;
+  prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Counter& watch_overflows_;
 };
 
 class Schedd::Service final : public v1::Scheduler::Service {
  public:
+  static constexpr size_t kSpecBytesMax = 64 << 10;
+
   Service(Schedd* schedd) : s_(schedd), log_(schedd->runtime_->logger().WithComponent("rpc")) {}
 
   // Set on shutdown so open watch streams end promptly.
@@ -139,7 +157,10 @@ class Schedd::Service final : public v1::Scheduler::Service {
     absl::Status s = s_->membership_->Heartbeat(req->node_id(), req->incarnation());
     grpc::Status st = ToGrpcStatus(s);
     s_->metrics_->Rpc("Heartbeat", st.error_code());
-    if (s.ok()) resp->set_membership_version(s_->membership_->version());
+    if (s.ok()) {
+      resp->set_membership_version(s_->membership_->version());
+      s_->jobs_->OnHeartbeat(req->node_id(), req->has_job() ? &req->job() : nullptr, resp);
+    }
     return st;
   }
 
@@ -179,6 +200,42 @@ class Schedd::Service final : public v1::Scheduler::Service {
     s_->metrics_->Rpc("ReportLinks", grpc::StatusCode::UNIMPLEMENTED);
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                         "ReportLinks is not implemented in this schedd version yet");
+  }
+
+  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
+                         v1::SubmitJobResponse* resp) override {
+    grpc::Status st;
+    if (req->spec_yaml().size() > kSpecBytesMax) {
+      st = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("job spec is ", req->spec_yaml().size(),
+                                     " bytes; the limit is ", kSpecBytesMax));
+    } else {
+      absl::StatusOr<v1::JobStatus> job = s_->jobs_->Submit(*req, s_->membership_->List(false));
+      if (job.ok()) *resp->mutable_job() = std::move(*job);
+      st = ToGrpcStatus(job.status());
+    }
+    s_->metrics_->Rpc("SubmitJob", st.error_code());
+    if (!st.ok())
+      log_.Warn("job rejected", {{"origin", req->origin()}, {"error", st.error_message()}});
+    return st;
+  }
+
+  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* req,
+                      v1::GetJobResponse* resp) override {
+    absl::StatusOr<v1::JobStatus> job = s_->jobs_->Get(req->job_id());
+    if (job.ok()) *resp->mutable_job() = std::move(*job);
+    grpc::Status st = ToGrpcStatus(job.status());
+    s_->metrics_->Rpc("GetJob", st.error_code());
+    return st;
+  }
+
+  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
+                         v1::CancelJobResponse* resp) override {
+    absl::StatusOr<v1::JobStatus> job = s_->jobs_->Cancel(req->job_id());
+    if (job.ok()) *resp->mutable_job() = std::move(*job);
+    grpc::Status st = ToGrpcStatus(job.status());
+    s_->metrics_->Rpc("CancelJob", st.error_code());
+    return st;
   }
 
   grpc::Status GetPolicy(grpc::ServerContext*, const v1::GetPolicyRequest*,
@@ -274,6 +331,7 @@ absl::StatusOr<std::unique_ptr<Schedd>> Schedd::Create(const ScheddConfig& confi
   opts.nodes_max = static_cast<size_t>(config.nodes_max);
   s->membership_ = std::make_unique<Membership>(opts, clock);
   s->metrics_ = std::make_unique<Metrics>(s->runtime_->registry());
+  s->jobs_ = std::make_unique<JobTable>(clock, s->runtime_->logger().WithComponent("jobs"));
   return s;
 }
 
@@ -326,6 +384,7 @@ void Schedd::ReaperLoop() {
       const char* what = e.kind == MembershipEventKind::kJoined ? "node joined"
                          : e.kind == MembershipEventKind::kDied ? "node died"
                                                                 : "node left";
+      jobs_->OnMembershipEvent(e.kind, n.node_id, n.incarnation);
       LogLevel level = e.kind == MembershipEventKind::kDied ? LogLevel::kWarn : LogLevel::kInfo;
       log.Log(level, what,
               {{"node_id", n.node_id},
@@ -337,9 +396,11 @@ void Schedd::ReaperLoop() {
     if (r == MembershipSubscription::Result::kOverflowed) {
       log.Warn("membership log fell behind; resubscribing");
       sub = membership_->Watch(&unused, &version);
+      jobs_->Reconcile(membership_->List(true));
       changed = true;
     }
     if (changed) metrics_->Refresh(*membership_);
+    metrics_->RefreshJobs(*jobs_);
   }
   membership_->Unwatch(sub);
 }

@@ -1,5 +1,6 @@
 // Schedd: the policy daemon. In this version it keeps cluster membership
-// (register, heartbeat, death detection, watch stream); ReportLinks and
+// (register, heartbeat, death detection, watch stream) and runs training
+// jobs (JobTable: submit, hand out through heartbeats, track); ReportLinks and
 // GetPolicy are declared in the API and answer UNIMPLEMENTED until the
 // network-awareness and policy work lands.
 //
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "daemons/schedd/job_table.h"
 #include "lib/base/clock.h"
 #include "lib/config/config.h"
 #include "lib/daemon/common_config.h"
@@ -47,6 +49,7 @@ class Schedd final : public Daemon {
   void Shutdown() override;
   NodeRuntime& runtime() override { return *runtime_; }
   Membership& membership() { return *membership_; }
+  JobTable& jobs() { return *jobs_; }
 
  private:
   class Service;
@@ -60,6 +63,7 @@ class Schedd final : public Daemon {
   std::unique_ptr<NodeRuntime> runtime_;
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<JobTable> jobs_;
   std::unique_ptr<Service> service_;
   std::thread reaper_;
   absl::Notification stop_;

@@ -15,7 +15,8 @@ using transport::Peer;
 BspWorker::BspWorker(const BspWorkerConfig& config) : config_(config) {}
 
 absl::StatusOr<std::unique_ptr<BspWorker>> BspWorker::Create(const BspWorkerConfig& config,
-                                                             train::Backend* backend) {
+                                                             train::Backend* backend,
+                                                             transport::Endpoint* shared) {
   if (config.workers == 0 || config.rank >= config.workers) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker rank ", config.rank, " of ", config.workers, " workers"));
@@ -43,13 +44,18 @@ absl::StatusOr<std::unique_ptr<BspWorker>> BspWorker::Create(const BspWorkerConf
     w->incoming_ = w->params_;
   }
   w->SetServers(config.servers);
-  ASSIGN_OR_RETURN(w->endpoint_, transport::Endpoint::Create(config.endpoint, w.get()));
+  if (shared != nullptr) {
+    w->endpoint_ = shared;
+  } else {
+    ASSIGN_OR_RETURN(w->own_endpoint_, transport::Endpoint::Create(config.endpoint, w.get()));
+    w->endpoint_ = w->own_endpoint_.get();
+  }
   return w;
 }
 
 BspWorker::~BspWorker() {
   Stop();
-  if (endpoint_) endpoint_->Shutdown();
+  if (own_endpoint_) own_endpoint_->Shutdown();
 }
 
 void BspWorker::Stop() {

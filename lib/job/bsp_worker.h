@@ -54,9 +54,13 @@ struct WorkerProgress {
 class BspWorker : public transport::Receiver {
  public:
   // Loads the datasets, builds the model on `backend` (not owned; must
-  // outlive the worker) and binds the endpoint.
+  // outlive the worker) and binds its own endpoint from config.endpoint, or
+  // uses `shared` (a daemon's long-lived endpoint, not owned): the caller
+  // then routes the endpoint's Receiver callbacks to this worker (e.g. with
+  // a ReceiverMux) and detaches it before destroying the worker.
   static absl::StatusOr<std::unique_ptr<BspWorker>> Create(const BspWorkerConfig& config,
-                                                           train::Backend* backend);
+                                                           train::Backend* backend,
+                                                           transport::Endpoint* shared = nullptr);
   ~BspWorker() override;
 
   transport::Peer local() const { return endpoint_->local(); }
@@ -90,7 +94,8 @@ class BspWorker : public transport::Receiver {
   std::unique_ptr<ShardSampler> sampler_;
   std::unique_ptr<ps::ChunkLayout> layout_;
   std::unique_ptr<ps::ChunkMap> map_;
-  std::unique_ptr<transport::Endpoint> endpoint_;
+  std::unique_ptr<transport::Endpoint> own_endpoint_;
+  transport::Endpoint* endpoint_ = nullptr;  // own_endpoint_ or the shared one
   std::vector<float> params_, grad_;
   train::EvalResult final_eval_;
   int64_t total_ = 0;

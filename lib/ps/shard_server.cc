@@ -19,7 +19,8 @@ ShardServer::ShardServer(const ShardServerConfig& config, ChunkLayout layout, Ch
     : config_(config), layout_(layout), map_(std::move(map)) {}
 
 absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
-    const ShardServerConfig& config, absl::Span<const float> initial_params) {
+    const ShardServerConfig& config, absl::Span<const float> initial_params,
+    transport::Endpoint* shared) {
   if (initial_params.size() != config.num_params) {
     return absl::InvalidArgumentError(absl::StrCat("shard server: ", initial_params.size(),
                                                    " initial parameters for a model of ",
@@ -45,13 +46,27 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
   }
   s->aggregate_.resize(s->floats_);
   s->optimizer_ = std::make_unique<train::OptimizerState>(config.optimizer, s->floats_);
-  ASSIGN_OR_RETURN(s->endpoint_, transport::Endpoint::Create(config.endpoint, s.get()));
+  if (shared != nullptr) {
+    s->endpoint_ = shared;
+  } else {
+    ASSIGN_OR_RETURN(s->own_endpoint_, transport::Endpoint::Create(config.endpoint, s.get()));
+    s->endpoint_ = s->own_endpoint_.get();
+  }
   return s;
 }
 
 ShardServer::~ShardServer() {
   Stop();
-  endpoint_->Shutdown();
+  if (own_endpoint_) {
+    own_endpoint_->Shutdown();
+    return;
+  }
+  // A shared endpoint outlives us: our broadcasts must not read freed
+  // snapshots. Cancelled flows finish on the endpoint thread's next turn.
+  for (auto& handles : in_flight_) {
+    for (auto& h : handles) endpoint_->Cancel(h);
+    for (auto& h : handles) h->Wait(absl::Seconds(5));
+  }
 }
 
 void ShardServer::SetWorkers(const std::vector<Peer>& workers) {

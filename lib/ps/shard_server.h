@@ -61,8 +61,13 @@ class ShardServer : public transport::Receiver {
  public:
   // `initial_params` is the full model vector (every node derives the same
   // one from the job seed); the server keeps its own chunks.
-  static absl::StatusOr<std::unique_ptr<ShardServer>> Create(
-      const ShardServerConfig& config, absl::Span<const float> initial_params);
+  // It binds its own endpoint from config.endpoint, or uses `shared` (a
+  // daemon's long-lived endpoint, not owned): the caller then routes the
+  // endpoint's Receiver callbacks here and detaches them before destroying
+  // the server, which cancels and waits out its own flows first.
+  static absl::StatusOr<std::unique_ptr<ShardServer>> Create(const ShardServerConfig& config,
+                                                             absl::Span<const float> initial_params,
+                                                             transport::Endpoint* shared = nullptr);
   ~ShardServer() override;
 
   transport::Peer local() const { return endpoint_->local(); }
@@ -99,7 +104,8 @@ class ShardServer : public transport::Receiver {
   std::vector<uint32_t> owned_;                  // chunk ids, ascending
   absl::flat_hash_map<uint32_t, size_t> local_;  // chunk id -> local offset
   size_t floats_ = 0;
-  std::unique_ptr<transport::Endpoint> endpoint_;
+  std::unique_ptr<transport::Endpoint> own_endpoint_;
+  transport::Endpoint* endpoint_ = nullptr;  // own_endpoint_ or the shared one
   std::unique_ptr<train::OptimizerState> optimizer_;
   std::vector<float> params_;        // round thread only
   std::vector<float> broadcast_[2];  // snapshots being sent, double-buffered

@@ -162,7 +162,11 @@ struct Delayed {
 
 struct Endpoint::Impl {
   Impl(const EndpointConfig& c, Receiver* r)
-      : config(c), receiver(r), rng(c.impairment.seed), flow_counter(std::random_device{}()) {}
+      : config(c),
+        receiver(r),
+        session(c.session),
+        rng(c.impairment.seed),
+        flow_counter(std::random_device{}()) {}
 
   const EndpointConfig config;
   Receiver* const receiver;
@@ -175,6 +179,7 @@ struct Endpoint::Impl {
   std::vector<uint32_t> cancelled ABSL_GUARDED_BY(mu);
   EndpointStats published ABSL_GUARDED_BY(mu);
   std::atomic<bool> stop{false};  // read every loop iteration: no lock
+  std::atomic<uint64_t> session;  // SetSession may change it between jobs
   size_t active_flows ABSL_GUARDED_BY(mu) = 0;
 
   // Owned by the endpoint thread.
@@ -321,6 +326,10 @@ void Endpoint::Cancel(const std::shared_ptr<SendHandle>& handle) {
   impl_->Wake();
 }
 
+void Endpoint::SetSession(uint64_t session) { impl_->session.store(session); }
+
+uint64_t Endpoint::session() const { return impl_->session.load(); }
+
 EndpointStats Endpoint::GetStats() const {
   absl::MutexLock lock(&impl_->mu);
   return impl_->published;
@@ -397,7 +406,7 @@ void Endpoint::Impl::QueueControl(const Peer& to, PacketType type, const Header&
   }
   Header h;
   h.type = type;
-  h.session = config.session;
+  h.session = session.load(std::memory_order_relaxed);
   h.flow_id = about.flow_id;
   h.seq = about.seq;
   h.total_packets = about.total_packets;
@@ -444,7 +453,7 @@ void Endpoint::Impl::Receive(uint64_t now) {
       stats.bytes_received += d.len;
       Packet p;
       DropReason why = d.truncated ? DropReason::kOversized : Decode(d.data, d.len, &p);
-      if (why == DropReason::kNone && p.header.session != config.session) {
+      if (why == DropReason::kNone && p.header.session != session.load(std::memory_order_relaxed)) {
         why = DropReason::kForged;
       }
       if (why != DropReason::kNone) {
@@ -677,7 +686,7 @@ void Endpoint::Impl::SendData(uint64_t now) {
       h.flags = span.critical ? kFlagCritical : 0;
       if (seq + 1 == f.packets.size()) h.flags |= kFlagLast;
       h.payload_bytes = static_cast<uint16_t>(span.floats * sizeof(float));
-      h.session = config.session;
+      h.session = session.load(std::memory_order_relaxed);
       h.flow_id = fid;
       h.seq = seq;
       h.total_packets = static_cast<uint32_t>(f.packets.size());

@@ -168,6 +168,10 @@ class Endpoint {
   void Cancel(const std::shared_ptr<SendHandle>& handle);
 
   EndpointStats GetStats() const;
+  // Changes the session token for datagrams sent and accepted from now on
+  // (a daemon's endpoint outlives jobs; each job has its own token).
+  void SetSession(uint64_t session);
+  uint64_t session() const;
   // Stops the thread; unfinished flows finish with CANCELLED. Idempotent.
   void Shutdown();
 

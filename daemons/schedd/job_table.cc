@@ -1,0 +1,340 @@
+#include "daemons/schedd/job_table.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "lib/job/job_spec.h"
+
+namespace hetps {
+namespace {
+
+int64_t UnixMs(absl::Time t) { return t == absl::InfinitePast() ? 0 : absl::ToUnixMillis(t); }
+
+bool Terminal(v1::JobState s) {
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
+}
+
+}  // namespace
+
+JobTable::JobTable(const Clock* clock, Logger logger, size_t history_max)
+    : clock_(clock), log_(std::move(logger)), history_max_(std::max<size_t>(1, history_max)) {}
+
+bool JobTable::Active(const Job& j) { return !Terminal(j.assignment.state()); }
+
+JobTable::Member* JobTable::FindMember(Job& j, const std::string& node_id) {
+  for (Member& m : j.members) {
+    if (m.m.node_id() == node_id) return &m;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<v1::JobStatus> JobTable::Submit(const v1::SubmitJobRequest& req,
+                                               const std::vector<NodeRecord>& alive) {
+  const std::string origin = req.origin().empty() ? "job" : req.origin();
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(req.spec_yaml(), origin);
+  if (!spec.ok()) return spec.status();
+  std::vector<const NodeRecord*> servers, workers;
+  for (const NodeRecord& n : alive) {
+    if (n.state != NodeState::kAlive || n.data_address.empty()) continue;
+    if (n.role == NodeRole::kServer) servers.push_back(&n);
+    if (n.role == NodeRole::kWorker) workers.push_back(&n);
+  }
+  auto by_id = [](const NodeRecord* a, const NodeRecord* b) { return a->node_id < b->node_id; };
+  std::sort(servers.begin(), servers.end(), by_id);
+  std::sort(workers.begin(), workers.end(), by_id);
+  auto pick = [](std::vector<const NodeRecord*>* v, uint32_t want,
+                 const char* what) -> absl::Status {
+    if (v->empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("no live ", what, " with a data plane has registered"));
+    }
+    if (want > v->size()) {
+      return absl::FailedPreconditionError(absl::StrCat("the job asks for ", want, " ", what,
+                                                        "s but only ", v->size(), " are live"));
+    }
+    if (want > 0) v->resize(want);
+    return absl::OkStatus();
+  };
+
+  absl::MutexLock lock(&mu_);
+  if (!jobs_.empty() && Active(jobs_.back())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", jobs_.back().assignment.job_id(),
+                     " is still active; wait for it or cancel it (psctl job cancel)"));
+  }
+  if (absl::Status s = pick(&servers, req.servers(), "server"); !s.ok()) return s;
+  if (absl::Status s = pick(&workers, req.workers(), "worker"); !s.ok()) return s;
+
+  Job j;
+  j.submitted = clock_->Now();
+  j.started = j.finished = absl::InfinitePast();
+  j.name = spec->name;
+  j.model = spec->model;
+  ++submitted_;
+  v1::JobAssignment& a = j.assignment;
+  a.set_job_id(absl::StrFormat("job-%s-%d",
+                               absl::FormatTime("%Y%m%d-%H%M%S", j.submitted, absl::UTCTimeZone()),
+                               submitted_));
+  // The text every member parses: the canonical form of what was validated.
+  a.set_spec_yaml(JobSpecToYaml(*spec));
+  std::random_device rd;
+  a.set_session((uint64_t(rd()) << 32) ^ rd() ^ submitted_);
+  a.set_roster_version(1);
+  a.set_state(v1::JOB_STATE_STARTING);
+  auto add = [&](const NodeRecord* n, uint32_t rank, v1::JobMember* out) {
+    out->set_node_id(n->node_id);
+    out->set_data_address(n->data_address);
+    out->set_rank(rank);
+    out->set_alive(true);
+    Member m;
+    m.m = *out;
+    m.role = n->role;
+    m.incarnation = n->incarnation;
+    j.members.push_back(std::move(m));
+  };
+  for (uint32_t i = 0; i < servers.size(); ++i) add(servers[i], i, a.add_servers());
+  for (uint32_t i = 0; i < workers.size(); ++i) add(workers[i], i, a.add_workers());
+  log_.Info("job submitted", {{"job_id", a.job_id()},
+                              {"name", j.name},
+                              {"model", j.model},
+                              {"servers", static_cast<unsigned>(servers.size())},
+                              {"workers", static_cast<unsigned>(workers.size())}});
+  jobs_.push_back(std::move(j));
+  while (jobs_.size() > history_max_) jobs_.pop_front();
+  return Status(jobs_.back());
+}
+
+absl::StatusOr<v1::JobStatus> JobTable::Get(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  if (jobs_.empty()) return absl::NotFoundError("no job has been submitted yet");
+  if (job_id.empty()) return Status(jobs_.back());
+  for (const Job& j : jobs_) {
+    if (j.assignment.job_id() == job_id) return Status(j);
+  }
+  return absl::NotFoundError(
+      absl::StrCat("no job ", job_id, " (schedd keeps the last ", history_max_, " jobs)"));
+}
+
+absl::StatusOr<v1::JobStatus> JobTable::Cancel(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  for (Job& j : jobs_) {
+    if (!job_id.empty() && j.assignment.job_id() != job_id) continue;
+    if (job_id.empty() && &j != &jobs_.back()) continue;
+    if (!Active(j)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", j.assignment.job_id(), " already ended (",
+                       v1::JobState_Name(j.assignment.state()), ")"));
+    }
+    Finish(j, v1::JOB_STATE_CANCELLED, "cancelled by psctl job cancel");
+    return Status(j);
+  }
+  return absl::NotFoundError(job_id.empty() ? "no job has been submitted yet"
+                                            : absl::StrCat("no job ", job_id));
+}
+
+void JobTable::OnHeartbeat(const std::string& node_id, const v1::NodeJobReport* report,
+                           v1::HeartbeatResponse* resp) {
+  absl::MutexLock lock(&mu_);
+  Job* current = jobs_.empty() ? nullptr : &jobs_.back();
+  Member* me = current ? FindMember(*current, node_id) : nullptr;
+  if (me != nullptr && !me->m.alive()) me = nullptr;  // its old self was the member
+
+  if (report != nullptr && me != nullptr && report->job_id() == current->assignment.job_id()) {
+    me->report = *report;
+    me->reported = true;
+    me->last_report = clock_->Now();
+    if (Active(*current)) Advance(*current);
+  }
+  if (me != nullptr) {
+    const v1::JobAssignment& a = current->assignment;
+    const bool stale = report == nullptr || report->job_id() != a.job_id() ||
+                       report->roster_version() < a.roster_version();
+    // Ended jobs are only sent to members still running them.
+    const bool running_it = report != nullptr && report->job_id() == a.job_id();
+    if (stale && (Active(*current) || running_it)) *resp->mutable_job() = a;
+    return;
+  }
+  // Not a member of the newest job: a node still running another job (one
+  // that ended, or one from before a schedd restart) is told to stop it.
+  if (report != nullptr && !report->job_id().empty()) {
+    v1::JobAssignment* stop = resp->mutable_job();
+    stop->set_job_id(report->job_id());
+    stop->set_roster_version(report->roster_version() + 1);
+    stop->set_state(v1::JOB_STATE_CANCELLED);
+  }
+}
+
+void JobTable::OnMembershipEvent(MembershipEventKind kind, const std::string& node_id,
+                                 uint64_t incarnation) {
+  absl::MutexLock lock(&mu_);
+  if (jobs_.empty() || !Active(jobs_.back())) return;
+  Job& j = jobs_.back();
+  Member* m = FindMember(j, node_id);
+  if (m == nullptr || !m->m.alive()) return;
+  const char* why = nullptr;
+  if ((kind == MembershipEventKind::kDied || kind == MembershipEventKind::kLeft) &&
+      incarnation == m->incarnation) {
+    why = kind == MembershipEventKind::kDied ? "died" : "left";
+  } else if (kind == MembershipEventKind::kJoined && incarnation > m->incarnation) {
+    why = "restarted";
+  }
+  if (why == nullptr) return;
+  LoseMember(j, m, why);
+}
+
+void JobTable::Reconcile(const std::vector<NodeRecord>& all) {
+  absl::MutexLock lock(&mu_);
+  if (jobs_.empty() || !Active(jobs_.back())) return;
+  Job& j = jobs_.back();
+  for (Member& m : j.members) {
+    if (!m.m.alive() || !Active(j)) continue;
+    const NodeRecord* rec = nullptr;
+    for (const NodeRecord& n : all) {
+      if (n.node_id == m.m.node_id()) rec = &n;
+    }
+    if (rec == nullptr || rec->state != NodeState::kAlive) {
+      LoseMember(j, &m, "gone");
+    } else if (rec->incarnation != m.incarnation) {
+      LoseMember(j, &m, "restarted");
+    }
+  }
+}
+
+void JobTable::LoseMember(Job& j, Member* m, const char* why) {
+  const std::string node_id = m->m.node_id();
+  m->m.set_alive(false);
+  SyncAssignment(j);
+  j.assignment.set_roster_version(j.assignment.roster_version() + 1);
+  log_.Warn("job member lost", {{"job_id", j.assignment.job_id()},
+                                {"node_id", node_id},
+                                {"role", NodeRoleName(m->role)},
+                                {"why", why}});
+  if (m->role == NodeRole::kServer) {
+    Finish(j, v1::JOB_STATE_FAILED,
+           absl::StrCat("server ", node_id, " ", why,
+                        "; its shard of the parameters is lost (no checkpoint to restore)"));
+    return;
+  }
+  Advance(j);
+}
+
+void JobTable::SyncAssignment(Job& j) {
+  for (const Member& m : j.members) {
+    auto* list = m.role == NodeRole::kServer ? j.assignment.mutable_servers()
+                                             : j.assignment.mutable_workers();
+    for (v1::JobMember& x : *list) {
+      if (x.node_id() == m.m.node_id()) x.set_alive(m.m.alive());
+    }
+  }
+}
+
+void JobTable::Advance(Job& j) {
+  int live_workers = 0, done_workers = 0;
+  bool all_ready = true;
+  for (const Member& m : j.members) {
+    if (!m.m.alive()) continue;
+    const v1::NodeJobReport& r = m.report;
+    if (m.reported && !r.error().empty()) {
+      Finish(j, v1::JOB_STATE_FAILED, absl::StrCat(m.m.node_id(), ": ", r.error()));
+      return;
+    }
+    all_ready = all_ready && m.reported && r.ready();
+    if (m.role == NodeRole::kWorker) {
+      ++live_workers;
+      if (m.reported && r.done()) ++done_workers;
+    }
+  }
+  if (live_workers == 0) {
+    Finish(j, v1::JOB_STATE_FAILED, "every worker of the job is gone");
+    return;
+  }
+  v1::JobAssignment& a = j.assignment;
+  if (a.state() == v1::JOB_STATE_STARTING && all_ready) {
+    a.set_state(v1::JOB_STATE_RUNNING);
+    a.set_start(true);
+    a.set_roster_version(a.roster_version() + 1);
+    j.started = clock_->Now();
+    log_.Info("job running", {{"job_id", a.job_id()}});
+  }
+  if (a.state() == v1::JOB_STATE_RUNNING && done_workers == live_workers) {
+    Finish(j, v1::JOB_STATE_SUCCEEDED, "");
+  }
+}
+
+void JobTable::Finish(Job& j, v1::JobState state, const std::string& message) {
+  v1::JobAssignment& a = j.assignment;
+  a.set_state(state);
+  a.set_roster_version(a.roster_version() + 1);
+  j.message = message;
+  j.finished = clock_->Now();
+  Logger::Field fields[] = {
+      {"job_id", a.job_id()}, {"state", v1::JobState_Name(state)}, {"message", message}};
+  if (state == v1::JOB_STATE_SUCCEEDED) {
+    log_.Info("job ended", {fields[0], fields[1]});
+  } else {
+    log_.Warn("job ended", {fields[0], fields[1], fields[2]});
+  }
+}
+
+v1::JobStatus JobTable::Status(const Job& j) const {
+  v1::JobStatus s;
+  const v1::JobAssignment& a = j.assignment;
+  s.set_job_id(a.job_id());
+  s.set_name(j.name);
+  s.set_model(j.model);
+  s.set_state(a.state());
+  s.set_message(j.message);
+  s.set_spec_yaml(a.spec_yaml());
+  s.set_submitted_unix_ms(UnixMs(j.submitted));
+  s.set_started_unix_ms(UnixMs(j.started));
+  s.set_finished_unix_ms(UnixMs(j.finished));
+  int64_t iteration = -1, total = 0;
+  double loss = 0, sps = 0, acc = -1;
+  int losses = 0;
+  for (const Member& m : j.members) {
+    v1::NodeJobStatus* n = s.add_nodes();
+    n->set_node_id(m.m.node_id());
+    n->set_role(m.role == NodeRole::kServer ? v1::ROLE_SERVER : v1::ROLE_WORKER);
+    n->set_rank(m.m.rank());
+    n->set_alive(m.m.alive());
+    if (!m.reported) continue;
+    *n->mutable_report() = m.report;
+    n->set_last_report_unix_ms(UnixMs(m.last_report));
+    const v1::NodeJobReport& r = m.report;
+    if (m.role == NodeRole::kServer) {
+      s.set_rounds_by_deadline(s.rounds_by_deadline() + r.rounds_by_deadline());
+      s.set_rounds_by_membership(s.rounds_by_membership() + r.rounds_by_membership());
+      continue;
+    }
+    total = std::max(total, r.total_iterations());
+    acc = std::max(acc, r.test_accuracy());
+    if (!m.m.alive()) continue;
+    iteration = iteration < 0 ? r.iteration() : std::min(iteration, r.iteration());
+    if (r.iteration() > 0) {
+      loss += r.loss();
+      ++losses;
+    }
+    if (!r.done()) sps += r.samples_per_second();
+  }
+  s.set_iteration(std::max<int64_t>(0, iteration));
+  s.set_total_iterations(total);
+  s.set_loss(losses > 0 ? loss / losses : 0);
+  s.set_test_accuracy(acc);
+  s.set_samples_per_second(sps);
+  return s;
+}
+
+std::vector<std::pair<v1::JobState, int>> JobTable::StateCounts() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::pair<v1::JobState, int>> out;
+  for (int s = v1::JOB_STATE_STARTING; s <= v1::JOB_STATE_CANCELLED; ++s) {
+    int n = 0;
+    for (const Job& j : jobs_) n += j.assignment.state() == s;
+    out.push_back({static_cast<v1::JobState>(s), n});
+  }
+  return out;
+}
+
+}  // namespace hetps

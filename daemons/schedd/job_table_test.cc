@@ -1,0 +1,276 @@
+// JobTable: validation, member selection, hand-out through heartbeats, and
+// every state transition of the job state machine.
+#include "daemons/schedd/job_table.h"
+
+#include <catch2/catch.hpp>
+
+namespace hetps {
+namespace {
+
+NodeRecord Node(const std::string& id, NodeRole role, uint64_t incarnation = 1,
+                const std::string& data = "127.0.0.1:5000") {
+  NodeRecord n;
+  n.node_id = id;
+  n.role = role;
+  n.incarnation = incarnation;
+  n.data_address = data;
+  return n;
+}
+
+std::vector<NodeRecord> Cluster() {
+  return {Node("psd-1", NodeRole::kServer), Node("psd-0", NodeRole::kServer),
+          Node("worker-1", NodeRole::kWorker), Node("worker-0", NodeRole::kWorker),
+          Node("worker-x", NodeRole::kWorker, 1, "")};  // no data plane: never picked
+}
+
+v1::SubmitJobRequest Request(const std::string& yaml = "model: mlp\nepochs: 1\n") {
+  v1::SubmitJobRequest r;
+  r.set_spec_yaml(yaml);
+  r.set_origin("test.yaml");
+  return r;
+}
+
+// What a member would send after applying `a`, with extra fields set.
+v1::NodeJobReport Report(const v1::JobAssignment& a, bool ready, bool done = false) {
+  v1::NodeJobReport r;
+  r.set_job_id(a.job_id());
+  r.set_roster_version(a.roster_version());
+  r.set_ready(ready);
+  r.set_done(done);
+  return r;
+}
+
+struct Fixture {
+  FakeClock clock;
+  JobTable table{&clock, Logger()};
+
+  v1::JobAssignment Beat(const std::string& node, const v1::NodeJobReport* r) {
+    v1::HeartbeatResponse resp;
+    table.OnHeartbeat(node, r, &resp);
+    return resp.job();
+  }
+  v1::JobState State() { return table.Get("")->state(); }
+};
+
+}  // namespace
+
+TEST_CASE("Submit validates the spec and picks members by node id") {
+  Fixture f;
+  auto bad = f.table.Submit(Request("model: resnet\nepochs: 1\n"), Cluster());
+  REQUIRE(bad.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(bad.status().message()).find("test.yaml") != std::string::npos);
+  CHECK(std::string(bad.status().message()).find("model") != std::string::npos);
+  CHECK(f.table.Get("").status().code() == absl::StatusCode::kNotFound);
+
+  auto too_many = f.table.Submit(
+      [] {
+        auto r = Request();
+        r.set_workers(3);  // worker-x has no data address
+        return r;
+      }(),
+      Cluster());
+  CHECK(too_many.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(f.table.Submit(Request(), {Node("psd-0", NodeRole::kServer)}).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+
+  auto job = f.table.Submit(Request(), Cluster());
+  REQUIRE(job.ok());
+  CHECK(job->state() == v1::JOB_STATE_STARTING);
+  CHECK(job->model() == "mlp");
+  REQUIRE(job->nodes_size() == 4);
+  CHECK(job->nodes(0).node_id() == "psd-0");
+  CHECK(job->nodes(1).node_id() == "psd-1");
+  CHECK(job->nodes(2).node_id() == "worker-0");
+  CHECK(job->nodes(3).node_id() == "worker-1");
+  CHECK(job->nodes(3).rank() == 1);
+  // The spec members get is the canonical form and parses back.
+  CHECK(job->spec_yaml().find("model: \"mlp\"") != std::string::npos);
+
+  // One active job at a time.
+  auto second = f.table.Submit(Request(), Cluster());
+  CHECK(second.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(std::string(second.status().message()).find(job->job_id()) != std::string::npos);
+}
+
+TEST_CASE("Assignments go out until applied; start after every member is ready") {
+  Fixture f;
+  REQUIRE(f.table.Submit(Request(), Cluster()).ok());
+  // Non-members get nothing.
+  CHECK(f.Beat("worker-x", nullptr).job_id().empty());
+  v1::JobAssignment a = f.Beat("psd-0", nullptr);
+  REQUIRE(!a.job_id().empty());
+  CHECK(a.state() == v1::JOB_STATE_STARTING);
+  CHECK_FALSE(a.start());
+  CHECK(a.servers_size() == 2);
+  CHECK(a.workers_size() == 2);
+  CHECK(a.session() != 0);
+  // Applied (same roster version): nothing more to send.
+  v1::NodeJobReport building = Report(a, false);
+  CHECK(f.Beat("psd-0", &building).job_id().empty());
+
+  std::vector<std::string> members = {"psd-0", "psd-1", "worker-0", "worker-1"};
+  for (size_t i = 0; i < members.size(); ++i) {
+    v1::NodeJobReport ready = Report(a, true);
+    v1::JobAssignment got = f.Beat(members[i], &ready);
+    if (i + 1 < members.size()) {
+      CHECK(got.job_id().empty());
+      CHECK(f.State() == v1::JOB_STATE_STARTING);
+    } else {
+      // The last one ready starts the job, and learns it in the same reply.
+      CHECK(got.start());
+      CHECK(got.state() == v1::JOB_STATE_RUNNING);
+    }
+  }
+  CHECK(f.State() == v1::JOB_STATE_RUNNING);
+  v1::NodeJobReport old = Report(a, true);
+  v1::JobAssignment started = f.Beat("psd-1", &old);
+  CHECK(started.start());
+  CHECK(started.roster_version() > a.roster_version());
+
+  // Progress is aggregated; done workers end the job.
+  v1::NodeJobReport w0 = Report(started, true), w1 = Report(started, true);
+  w0.set_iteration(40);
+  w1.set_iteration(38);
+  w0.set_total_iterations(100);
+  w1.set_total_iterations(100);
+  w0.set_loss(1.0);
+  w1.set_loss(0.5);
+  w0.set_test_accuracy(0.7);
+  w1.set_test_accuracy(-1);
+  w0.set_samples_per_second(1000);
+  w1.set_samples_per_second(900);
+  f.Beat("worker-0", &w0);
+  f.Beat("worker-1", &w1);
+  v1::JobStatus s = *f.table.Get("");
+  CHECK(s.iteration() == 38);
+  CHECK(s.total_iterations() == 100);
+  CHECK(s.loss() == Approx(0.75));
+  CHECK(s.test_accuracy() == Approx(0.7));
+  CHECK(s.samples_per_second() == Approx(1900));
+
+  w0.set_done(true);
+  f.Beat("worker-0", &w0);
+  CHECK(f.State() == v1::JOB_STATE_RUNNING);
+  w1.set_done(true);
+  v1::JobAssignment end = f.Beat("worker-1", &w1);
+  CHECK(end.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(f.State() == v1::JOB_STATE_SUCCEEDED);
+  // A member still running the ended job hears of it once; a member that
+  // dropped it is left alone.
+  CHECK(f.Beat("psd-0", &old).state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(f.Beat("psd-0", nullptr).job_id().empty());
+  // A new job may be submitted now.
+  CHECK(f.table.Submit(Request(), Cluster()).ok());
+}
+
+TEST_CASE("A dead worker leaves the roster; the job goes on") {
+  Fixture f;
+  REQUIRE(f.table.Submit(Request(), Cluster()).ok());
+  v1::JobAssignment a = f.Beat("psd-0", nullptr);
+  // An event about an older or newer incarnation that is not a restart
+  // does not concern the member.
+  f.table.OnMembershipEvent(MembershipEventKind::kDied, "worker-1", 7);
+  f.table.OnMembershipEvent(MembershipEventKind::kJoined, "worker-1", 1);
+  CHECK(f.table.Get("")->nodes(3).alive());
+
+  f.table.OnMembershipEvent(MembershipEventKind::kDied, "worker-1", 1);
+  v1::JobStatus s = *f.table.Get("");
+  CHECK_FALSE(s.nodes(3).alive());
+  CHECK(s.state() == v1::JOB_STATE_STARTING);
+  v1::NodeJobReport r = Report(a, true);
+  v1::JobAssignment b = f.Beat("psd-0", &r);
+  REQUIRE(b.workers_size() == 2);
+  CHECK(b.workers(0).alive());
+  CHECK_FALSE(b.workers(1).alive());
+  CHECK(b.roster_version() > a.roster_version());
+  // The lost worker is not waited for: the others being ready starts the job.
+  for (const char* n : {"psd-0", "psd-1", "worker-0"}) {
+    v1::NodeJobReport ready = Report(b, true);
+    f.Beat(n, &ready);
+  }
+  CHECK(f.State() == v1::JOB_STATE_RUNNING);
+  // Its restarted self is not a member: no assignment.
+  CHECK(f.Beat("worker-1", nullptr).job_id().empty());
+
+  // Losing the last worker fails the job.
+  f.table.OnMembershipEvent(MembershipEventKind::kJoined, "worker-0", 2);  // restarted
+  s = *f.table.Get("");
+  CHECK(s.state() == v1::JOB_STATE_FAILED);
+  CHECK(s.message().find("every worker") != std::string::npos);
+}
+
+TEST_CASE("A lost server, a member error or a cancel ends the job") {
+  SECTION("server") {
+    Fixture f;
+    REQUIRE(f.table.Submit(Request(), Cluster()).ok());
+    f.table.OnMembershipEvent(MembershipEventKind::kLeft, "psd-1", 1);
+    v1::JobStatus s = *f.table.Get("");
+    CHECK(s.state() == v1::JOB_STATE_FAILED);
+    CHECK(s.message().find("psd-1") != std::string::npos);
+  }
+  SECTION("reconcile after missed events") {
+    Fixture f;
+    REQUIRE(f.table.Submit(Request(), Cluster()).ok());
+    std::vector<NodeRecord> all = Cluster();
+    all[2].state = NodeState::kDead;  // worker-1
+    f.table.Reconcile(all);
+    v1::JobStatus s = *f.table.Get("");
+    CHECK(s.state() == v1::JOB_STATE_STARTING);
+    CHECK_FALSE(s.nodes(3).alive());
+    all[1].incarnation = 5;  // psd-0 restarted
+    f.table.Reconcile(all);
+    CHECK(f.State() == v1::JOB_STATE_FAILED);
+  }
+  SECTION("member error") {
+    Fixture f;
+    REQUIRE(f.table.Submit(Request(), Cluster()).ok());
+    v1::JobAssignment a = f.Beat("worker-0", nullptr);
+    v1::NodeJobReport r = Report(a, false);
+    r.set_error("dataset: /nope/train-images-idx3-ubyte: No such file");
+    v1::JobAssignment b = f.Beat("worker-0", &r);
+    CHECK(b.state() == v1::JOB_STATE_FAILED);
+    v1::JobStatus s = *f.table.Get("");
+    CHECK(s.message().find("worker-0: dataset") != std::string::npos);
+  }
+  SECTION("cancel") {
+    Fixture f;
+    auto job = f.table.Submit(Request(), Cluster());
+    REQUIRE(job.ok());
+    CHECK(f.table.Cancel("job-nope").status().code() == absl::StatusCode::kNotFound);
+    auto c = f.table.Cancel(job->job_id());
+    REQUIRE(c.ok());
+    CHECK(c->state() == v1::JOB_STATE_CANCELLED);
+    CHECK(f.table.Cancel("").status().code() == absl::StatusCode::kFailedPrecondition);
+  }
+  SECTION("a node running a job schedd does not know is told to stop") {
+    Fixture f;
+    v1::NodeJobReport r;
+    r.set_job_id("job-from-before-a-restart");
+    r.set_roster_version(3);
+    v1::JobAssignment a = f.Beat("worker-0", &r);
+    CHECK(a.job_id() == "job-from-before-a-restart");
+    CHECK(a.state() == v1::JOB_STATE_CANCELLED);
+    CHECK(a.roster_version() == 4);
+  }
+}
+
+TEST_CASE("History is bounded") {
+  FakeClock clock;
+  JobTable table(&clock, Logger(), 3);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    auto j = table.Submit(Request(), Cluster());
+    REQUIRE(j.ok());
+    ids.push_back(j->job_id());
+    REQUIRE(table.Cancel("").ok());
+  }
+  CHECK(table.Get(ids[0]).status().code() == absl::StatusCode::kNotFound);
+  CHECK(table.Get(ids[4]).ok());
+  int cancelled = 0;
+  for (auto [state, n] : table.StateCounts()) {
+    if (state == v1::JOB_STATE_CANCELLED) cancelled = n;
+  }
+  CHECK(cancelled == 3);
+}
+
+}  // namespace hetps

@@ -1,0 +1,43 @@
+// ReceiverMux: a Receiver that forwards to a replaceable target, so one
+// long-lived Endpoint (a daemon's data address) serves one job after
+// another. With no target, every flow is refused (counted as "unexpected"
+// by the endpoint). Set() waits until no callback is running into the old
+// target, so the caller may destroy it afterwards. Thread-safe.
+#ifndef HETPS_LIB_TRANSPORT_RECEIVER_MUX_H_
+#define HETPS_LIB_TRANSPORT_RECEIVER_MUX_H_
+
+#include "absl/synchronization/mutex.h"
+#include "lib/transport/endpoint.h"
+
+namespace hetps {
+namespace transport {
+
+class ReceiverMux final : public Receiver {
+ public:
+  void Set(Receiver* target) {
+    absl::WriterMutexLock lock(&mu_);
+    target_ = target;
+  }
+
+  bool AcceptFlow(const Peer& from, const Header& first) override {
+    absl::ReaderMutexLock lock(&mu_);
+    return target_ != nullptr && target_->AcceptFlow(from, first);
+  }
+  void OnData(const Peer& from, const Header& h, const uint8_t* payload) override {
+    absl::ReaderMutexLock lock(&mu_);
+    if (target_ != nullptr) target_->OnData(from, h, payload);
+  }
+  void OnFlowDone(const Peer& from, uint32_t flow_id, uint32_t iteration) override {
+    absl::ReaderMutexLock lock(&mu_);
+    if (target_ != nullptr) target_->OnFlowDone(from, flow_id, iteration);
+  }
+
+ private:
+  absl::Mutex mu_;
+  Receiver* target_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
+}  // namespace transport
+}  // namespace hetps
+
+#endif  // HETPS_LIB_TRANSPORT_RECEIVER_MUX_H_
