@@ -1,7 +1,11 @@
 #include "clients/psctl/psctl.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <memory>
+#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -25,10 +29,16 @@ constexpr char kUsageText[] =
     "  nodes [--all] cluster members from schedd (--all adds dead and left nodes)\n"
     "  config        the endpoint daemon's effective configuration and sources\n"
     "  drain         ask the endpoint daemon to drain and exit\n"
+    "  job submit FILE [--servers N] [--workers N]\n"
+    "                submit a YAML job spec to schedd (docs/jobs.md); N = 0 or absent:\n"
+    "                every live node of that role\n"
+    "  job status [JOB_ID]  a job's state and progress (default: the newest job)\n"
+    "  job cancel [JOB_ID]  stop a job (default: the newest job)\n"
     "  help          this text\n"
     "\n"
     "--endpoint defaults to 127.0.0.1:7070 (schedd) or $HETPS_ENDPOINT.\n"
-    "exit codes: 0 ok, 1 error from the daemon, 2 usage, 4 endpoint unavailable\n";
+    "exit codes: 0 ok, 1 error from the daemon (or a job that failed or was cancelled,\n"
+    "for job status), 2 usage, 4 endpoint unavailable\n";
 
 const char* RoleName(v1::Role r) {
   switch (r) {
@@ -303,6 +313,162 @@ std::string ConfigJson(const v1::GetConfigResponse& r) {
   return w.str() + "\n";
 }
 
+std::string JobStateName(v1::JobState s) {
+  switch (s) {
+    case v1::JOB_STATE_STARTING:
+      return "starting";
+    case v1::JOB_STATE_RUNNING:
+      return "running";
+    case v1::JOB_STATE_SUCCEEDED:
+      return "succeeded";
+    case v1::JOB_STATE_FAILED:
+      return "failed";
+    case v1::JOB_STATE_CANCELLED:
+      return "cancelled";
+    default:
+      return "unknown";
+  }
+}
+
+namespace {
+
+std::string Percent(double fraction) {
+  return fraction < 0 ? "-" : absl::StrFormat("%.2f%%", 100 * fraction);
+}
+
+double ElapsedSeconds(const v1::JobStatus& j, absl::Time now) {
+  if (j.started_unix_ms() == 0) return 0;
+  absl::Time end = j.finished_unix_ms() != 0 ? absl::FromUnixMillis(j.finished_unix_ms()) : now;
+  return absl::ToDoubleSeconds(end - absl::FromUnixMillis(j.started_unix_ms()));
+}
+
+}  // namespace
+
+std::string JobStatusTable(const v1::JobStatus& j, absl::Time now) {
+  std::string out;
+  const double frac =
+      j.total_iterations() > 0 ? double(j.iteration()) / double(j.total_iterations()) : 0;
+  absl::StrAppend(&out, "job         ", j.job_id(), "  (", j.name(), ", model ", j.model(), ")\n");
+  absl::StrAppend(&out, "state       ", JobStateName(j.state()),
+                  j.message().empty() ? "" : absl::StrCat(": ", j.message()), "\n");
+  absl::StrAppend(&out, "progress    ", j.iteration(), "/", j.total_iterations(), " iterations (",
+                  absl::StrFormat("%.1f%%", 100 * frac), "), ",
+                  absl::StrFormat("%.1f", ElapsedSeconds(j, now)), " s\n");
+  absl::StrAppend(&out, "loss        ", absl::StrFormat("%.4f", j.loss()), "\n");
+  absl::StrAppend(&out, "test acc    ", Percent(j.test_accuracy()), "\n");
+  absl::StrAppend(&out, "samples/s   ", absl::StrFormat("%.0f", j.samples_per_second()), "\n");
+  absl::StrAppend(&out, "rounds      ", j.rounds_by_deadline(), " closed at the deadline, ",
+                  j.rounds_by_membership(), " by a membership change\n\n");
+  std::vector<std::vector<std::string>> rows = {{"NODE", "ROLE", "RANK", "ALIVE", "ITER", "LOSS",
+                                                 "SAMPLES/S", "COMPUTE_S", "PUSH_S", "PULL_WAIT_S",
+                                                 "ROUNDS C/D/M", "REPORT_AGE"}};
+  for (const v1::NodeJobStatus& n : j.nodes()) {
+    const v1::NodeJobReport& r = n.report();
+    const bool worker = n.role() == v1::ROLE_WORKER;
+    std::string state = n.alive() ? "yes" : "no";
+    if (!r.error().empty()) state = "error";
+    rows.push_back({n.node_id(), worker ? "worker" : "server", absl::StrCat(n.rank()), state,
+                    absl::StrCat(r.iteration()), worker ? absl::StrFormat("%.4f", r.loss()) : "-",
+                    worker ? absl::StrFormat("%.0f", r.samples_per_second()) : "-",
+                    worker ? absl::StrFormat("%.1f", r.compute_seconds()) : "-",
+                    worker ? absl::StrFormat("%.1f", r.push_seconds()) : "-",
+                    worker ? absl::StrFormat("%.1f", r.pull_wait_seconds()) : "-",
+                    worker ? "-"
+                           : absl::StrCat(r.rounds_complete(), "/", r.rounds_by_deadline(), "/",
+                                          r.rounds_by_membership()),
+                    n.last_report_unix_ms() == 0 ? "-" : Age(n.last_report_unix_ms(), now)});
+  }
+  out += Table(rows);
+  for (const v1::NodeJobStatus& n : j.nodes()) {
+    if (!n.report().error().empty()) {
+      absl::StrAppend(&out, n.node_id(), ": ", n.report().error(), "\n");
+    }
+  }
+  return out;
+}
+
+std::string JobStatusJson(const v1::JobStatus& j, absl::Time now) {
+  JsonWriter w;
+  w.BeginObject()
+      .Key("job_id")
+      .String(j.job_id())
+      .Key("name")
+      .String(j.name())
+      .Key("model")
+      .String(j.model())
+      .Key("state")
+      .String(JobStateName(j.state()))
+      .Key("message")
+      .String(j.message())
+      .Key("iteration")
+      .Int(j.iteration())
+      .Key("total_iterations")
+      .Int(j.total_iterations())
+      .Key("loss")
+      .Double(j.loss())
+      .Key("test_accuracy")
+      .Double(j.test_accuracy())
+      .Key("samples_per_second")
+      .Double(j.samples_per_second())
+      .Key("rounds_by_deadline")
+      .Uint(j.rounds_by_deadline())
+      .Key("rounds_by_membership")
+      .Uint(j.rounds_by_membership())
+      .Key("submitted_unix_ms")
+      .Int(j.submitted_unix_ms())
+      .Key("started_unix_ms")
+      .Int(j.started_unix_ms())
+      .Key("finished_unix_ms")
+      .Int(j.finished_unix_ms())
+      .Key("elapsed_s")
+      .Double(ElapsedSeconds(j, now))
+      .Key("nodes")
+      .BeginArray();
+  for (const v1::NodeJobStatus& n : j.nodes()) {
+    const v1::NodeJobReport& r = n.report();
+    w.BeginObject()
+        .Key("node_id")
+        .String(n.node_id())
+        .Key("role")
+        .String(RoleName(n.role()))
+        .Key("rank")
+        .Uint(n.rank())
+        .Key("alive")
+        .Bool(n.alive())
+        .Key("ready")
+        .Bool(r.ready())
+        .Key("done")
+        .Bool(r.done())
+        .Key("error")
+        .String(r.error())
+        .Key("iteration")
+        .Int(r.iteration())
+        .Key("loss")
+        .Double(r.loss())
+        .Key("test_accuracy")
+        .Double(r.test_accuracy())
+        .Key("samples_per_second")
+        .Double(r.samples_per_second())
+        .Key("compute_seconds")
+        .Double(r.compute_seconds())
+        .Key("push_seconds")
+        .Double(r.push_seconds())
+        .Key("pull_wait_seconds")
+        .Double(r.pull_wait_seconds())
+        .Key("rounds_complete")
+        .Uint(r.rounds_complete())
+        .Key("rounds_by_deadline")
+        .Uint(r.rounds_by_deadline())
+        .Key("rounds_by_membership")
+        .Uint(r.rounds_by_membership())
+        .Key("last_report_unix_ms")
+        .Int(n.last_report_unix_ms())
+        .EndObject();
+  }
+  w.EndArray().EndObject();
+  return w.str() + "\n";
+}
+
 namespace {
 
 int RpcFailure(const grpc::Status& s, const std::string& endpoint, std::ostream& err) {
@@ -315,12 +481,81 @@ int RpcFailure(const grpc::Status& s, const std::string& endpoint, std::ostream&
 
 }  // namespace
 
+int JobCommand(const std::vector<std::string>& pos, int64_t servers, int64_t workers, bool json,
+               const std::string& endpoint, std::shared_ptr<grpc::Channel> channel,
+               int64_t timeout_ms, std::ostream& out, std::ostream& err) {
+  const std::string sub = pos.size() > 1 ? pos[1] : "";
+  const std::string arg = pos.size() > 2 ? pos[2] : "";
+  auto stub = v1::Scheduler::NewStub(channel);
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, absl::Milliseconds(timeout_ms));
+  ctx.set_wait_for_ready(false);
+  auto show = [&](const v1::JobStatus& j) {
+    out << (json ? JobStatusJson(j, absl::Now()) : JobStatusTable(j, absl::Now()));
+  };
+  if (sub == "submit") {
+    if (arg.empty()) {
+      err << "psctl: job submit needs a job spec file (e.g. deploy/jobs/mlp.yaml)\n";
+      return kUsage;
+    }
+    std::ifstream in(arg, std::ios::binary);
+    if (!in) {
+      err << "psctl: cannot read job spec " << arg << ": " << std::strerror(errno) << "\n";
+      return kUsage;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    v1::SubmitJobRequest req;
+    req.set_spec_yaml(text.str());
+    req.set_origin(arg);
+    req.set_servers(static_cast<uint32_t>(servers));
+    req.set_workers(static_cast<uint32_t>(workers));
+    v1::SubmitJobResponse resp;
+    grpc::Status s = stub->SubmitJob(&ctx, req, &resp);
+    if (!s.ok()) return RpcFailure(s, endpoint, err);
+    if (json) {
+      show(resp.job());
+    } else {
+      out << "submitted " << resp.job().job_id() << " (" << resp.job().nodes_size()
+          << " nodes); follow it with: psctl job status\n";
+    }
+    return kOk;
+  }
+  if (sub == "status" || sub == "cancel") {
+    v1::JobStatus job;
+    grpc::Status s;
+    if (sub == "status") {
+      v1::GetJobRequest req;
+      req.set_job_id(arg);
+      v1::GetJobResponse resp;
+      s = stub->GetJob(&ctx, req, &resp);
+      job = resp.job();
+    } else {
+      v1::CancelJobRequest req;
+      req.set_job_id(arg);
+      v1::CancelJobResponse resp;
+      s = stub->CancelJob(&ctx, req, &resp);
+      job = resp.job();
+    }
+    if (!s.ok()) return RpcFailure(s, endpoint, err);
+    show(job);
+    if (sub == "status" &&
+        (job.state() == v1::JOB_STATE_FAILED || job.state() == v1::JOB_STATE_CANCELLED)) {
+      return kError;
+    }
+    return kOk;
+  }
+  err << "psctl: job needs submit FILE, status [JOB_ID] or cancel [JOB_ID]\n";
+  return kUsage;
+}
+
 int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   std::string endpoint = "127.0.0.1:7070";
   if (const char* env = std::getenv("HETPS_ENDPOINT"); env != nullptr && *env) endpoint = env;
   std::string output = "table";
   int64_t timeout_ms = 3000;
   bool all = false;
+  int64_t servers = 0, workers = 0;
   std::vector<std::string> positional;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -355,6 +590,15 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
       }
     } else if (a == "--all") {
       all = true;
+    } else if (a == "--servers" || a.rfind("--servers=", 0) == 0 || a == "--workers" ||
+               a.rfind("--workers=", 0) == 0) {
+      const bool is_servers = a.rfind("--servers", 0) == 0;
+      const std::string name = is_servers ? "--servers" : "--workers";
+      int64_t* n = is_servers ? &servers : &workers;
+      if (!value(name, &v) || !absl::SimpleAtoi(v, n) || *n < 0 || *n > 100000) {
+        err << "psctl: " << name << " needs a count (0 = every live node)\n";
+        return kUsage;
+      }
     } else if (a == "-h" || a == "--help") {
       positional.insert(positional.begin(), "help");
     } else if (!a.empty() && a[0] == '-') {
@@ -368,8 +612,9 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     err << kUsageText;
     return kUsage;
   }
-  if (positional.size() > 1) {
-    err << "psctl: unexpected argument '" << positional[1] << "'\n";
+  const size_t max_args = positional[0] == "job" ? 3 : 1;
+  if (positional.size() > max_args) {
+    err << "psctl: unexpected argument '" << positional[max_args] << "'\n";
     return kUsage;
   }
   const std::string& cmd = positional[0];
@@ -401,6 +646,8 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     out << (json ? NodesJson(resp, absl::Now()) : NodesTable(resp, absl::Now()));
     return kOk;
   }
+  if (cmd == "job")
+    return JobCommand(positional, servers, workers, json, endpoint, channel, timeout_ms, out, err);
   auto admin = v1::Admin::NewStub(channel);
   if (cmd == "status") {
     v1::GetStatusResponse resp;

@@ -1,7 +1,8 @@
 // psctl: the hetps admin CLI, as a library so tests can run it in-process.
 //
 //   psctl [--endpoint HOST:PORT] [--timeout_ms N] [-o table|json] COMMAND
-//   COMMAND: status | nodes [--all] | config | drain | help
+//   COMMAND: status | nodes [--all] | config | drain | job submit FILE |
+//            job status [JOB_ID] | job cancel [JOB_ID] | help
 //
 // Data goes to `out`, errors to `err`. Exit codes (stable, documented in
 // docs/psctl.md): 0 ok, 1 the daemon answered with an error, 2 usage,
@@ -31,6 +32,9 @@ std::string StatusTable(const v1::GetStatusResponse& resp, absl::Time now);
 std::string StatusJson(const v1::GetStatusResponse& resp, absl::Time now);
 std::string ConfigTable(const v1::GetConfigResponse& resp);
 std::string ConfigJson(const v1::GetConfigResponse& resp);
+std::string JobStateName(v1::JobState state);
+std::string JobStatusTable(const v1::JobStatus& job, absl::Time now);
+std::string JobStatusJson(const v1::JobStatus& job, absl::Time now);
 
 }  // namespace psctl
 }  // namespace hetps

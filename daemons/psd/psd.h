@@ -1,7 +1,11 @@
-// psd: the parameter server. In this version it joins the cluster (registers,
-// heartbeats, serves Admin and /metrics); parameter shards, aggregation and
-// the optimizer arrive with the training work.
-// Thread-safe: Start/Shutdown from one thread; Admin RPCs from gRPC's.
+// psd: the parameter server. It joins the cluster (registers with its data
+// address, heartbeats, serves Admin and /metrics) and runs its part of each
+// training job schedd assigns: a ps::ShardServer for the chunks the job's
+// chunk map gives it, on the daemon's long-lived UDP endpoint. Rounds start
+// once schedd says every member is ready; workers that schedd declares gone
+// leave the round at once (docs/jobs.md).
+// Thread-safe: Start/Shutdown from one thread; Admin RPCs from gRPC's; jobs
+// on the JobRunner's thread.
 #ifndef HETPS_DAEMONS_PSD_PSD_H_
 #define HETPS_DAEMONS_PSD_PSD_H_
 
@@ -10,14 +14,17 @@
 #include "lib/config/config.h"
 #include "lib/daemon/common_config.h"
 #include "lib/daemon/daemon_main.h"
+#include "lib/daemon/data_plane.h"
 #include "lib/daemon/node_runtime.h"
 #include "lib/daemon/scheduler_agent.h"
+#include "lib/transport/receiver_mux.h"
 
 namespace hetps {
 
 struct PsdConfig {
   CommonConfig common;
   AgentConfig agent;
+  DataPlaneConfig data;
 };
 
 void DeclarePsdConfig(ConfigSchema* schema, PsdConfig* config);
@@ -31,12 +38,18 @@ class Psd final : public Daemon {
   void Shutdown() override;
   NodeRuntime& runtime() override { return *runtime_; }
   const SchedulerAgent& agent() const { return *agent_; }
+  const std::string& data_address() const { return data_address_; }
 
  private:
-  explicit Psd(const PsdConfig& config) : config_(config) {}
+  class Jobs;
+  explicit Psd(const PsdConfig& config);
 
   const PsdConfig config_;
   std::unique_ptr<NodeRuntime> runtime_;
+  transport::ReceiverMux mux_;
+  std::unique_ptr<transport::Endpoint> endpoint_;
+  std::string data_address_;
+  std::unique_ptr<Jobs> jobs_;
   std::unique_ptr<SchedulerAgent> agent_;
   bool shut_down_ = false;
 };

@@ -232,6 +232,7 @@ void JobTable::SyncAssignment(Job& j) {
 
 void JobTable::Advance(Job& j) {
   int live_workers = 0, done_workers = 0;
+  int64_t total = -1;
   bool all_ready = true;
   for (const Member& m : j.members) {
     if (!m.m.alive()) continue;
@@ -244,6 +245,16 @@ void JobTable::Advance(Job& j) {
     if (m.role == NodeRole::kWorker) {
       ++live_workers;
       if (m.reported && r.done()) ++done_workers;
+      if (m.reported && r.ready()) {
+        if (total >= 0 && r.total_iterations() != total) {
+          Finish(j, v1::JOB_STATE_FAILED,
+                 absl::StrCat("workers disagree on the job length (", total, " vs ",
+                              r.total_iterations(), " iterations at ", m.m.node_id(),
+                              "): do they read the same dataset?"));
+          return;
+        }
+        total = r.total_iterations();
+      }
     }
   }
   if (live_workers == 0) {
@@ -252,8 +263,13 @@ void JobTable::Advance(Job& j) {
   }
   v1::JobAssignment& a = j.assignment;
   if (a.state() == v1::JOB_STATE_STARTING && all_ready) {
+    if (total <= 0) {
+      Finish(j, v1::JOB_STATE_FAILED, "the workers reported a job of 0 iterations");
+      return;
+    }
     a.set_state(v1::JOB_STATE_RUNNING);
     a.set_start(true);
+    a.set_total_iterations(total);
     a.set_roster_version(a.roster_version() + 1);
     j.started = clock_->Now();
     log_.Info("job running", {{"job_id", a.job_id()}});

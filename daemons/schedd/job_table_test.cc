@@ -37,6 +37,7 @@ v1::NodeJobReport Report(const v1::JobAssignment& a, bool ready, bool done = fal
   r.set_roster_version(a.roster_version());
   r.set_ready(ready);
   r.set_done(done);
+  if (ready) r.set_total_iterations(100);
   return r;
 }
 
@@ -119,6 +120,7 @@ TEST_CASE("Assignments go out until applied; start after every member is ready")
       // The last one ready starts the job, and learns it in the same reply.
       CHECK(got.start());
       CHECK(got.state() == v1::JOB_STATE_RUNNING);
+      CHECK(got.total_iterations() == 100);
     }
   }
   CHECK(f.State() == v1::JOB_STATE_RUNNING);
@@ -231,6 +233,18 @@ TEST_CASE("A lost server, a member error or a cancel ends the job") {
     CHECK(b.state() == v1::JOB_STATE_FAILED);
     v1::JobStatus s = *f.table.Get("");
     CHECK(s.message().find("worker-0: dataset") != std::string::npos);
+  }
+  SECTION("workers that disagree on the job length") {
+    Fixture f;
+    REQUIRE(f.table.Submit(Request(), Cluster()).ok());
+    v1::JobAssignment a = f.Beat("worker-0", nullptr);
+    v1::NodeJobReport r0 = Report(a, true), r1 = Report(a, true);
+    r1.set_total_iterations(99);
+    f.Beat("worker-0", &r0);
+    f.Beat("worker-1", &r1);
+    v1::JobStatus s = *f.table.Get("");
+    CHECK(s.state() == v1::JOB_STATE_FAILED);
+    CHECK(s.message().find("disagree") != std::string::npos);
   }
   SECTION("cancel") {
     Fixture f;

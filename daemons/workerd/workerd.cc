@@ -1,19 +1,196 @@
 #include "daemons/workerd/workerd.h"
 
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+
+#include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
+#include "lib/daemon/job_runner.h"
+#include "lib/job/bsp_worker.h"
+#include "lib/train/backend.h"
 
 namespace hetps {
 
 void DeclareWorkerdConfig(ConfigSchema* schema, WorkerdConfig* c) {
   DeclareCommonConfig(schema, &c->common);
   DeclareAgentConfig(schema, &c->agent);
+  DeclareDataPlaneConfig(schema, &c->data);
+  schema->Int("cpu_threads", &c->cpu_threads,
+              "BLAS threads of the CPU backend (0 = OpenBLAS's default, every core).", 0, 1024);
+  schema->Int("report_every", &c->report_every,
+              "Iterations between progress log lines and reports to schedd.", 1, 1 << 30);
 }
+
+// The workerd's part of a job: one BspWorker, run to the end.
+class Workerd::Jobs final : public JobRunner {
+ public:
+  explicit Jobs(Workerd* w)
+      : JobRunner(w->runtime_->logger().WithComponent("job")),
+        w_(w),
+        data_metrics_(w->runtime_->registry(), "workerd") {
+    prometheus::Registry& r = w->runtime_->registry();
+    auto gauge = [&r](const char* name, const char* help) {
+      return &prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
+    };
+    iteration_ = gauge("workerd_job_iteration", "Iterations done in the current job.");
+    total_ = gauge("workerd_job_iterations", "Iterations of the current job.");
+    loss_ = gauge("workerd_job_loss", "Mean training loss since the previous report.");
+    accuracy_ = gauge("workerd_job_test_accuracy",
+                      "Newest test-set accuracy (rank 0 evaluates; -1 before the first).");
+    samples_ = gauge("workerd_job_samples_per_second", "Training samples per second.");
+    auto& phase = prometheus::BuildCounter()
+                      .Name("workerd_job_phase_seconds_total")
+                      .Help(
+                          "Time per phase of an iteration: compute (forward/backward), push "
+                          "(gradients to psd), pull_wait (waiting for parameters).")
+                      .Register(r);
+    compute_ = &phase.Add({{"phase", "compute"}});
+    push_ = &phase.Add({{"phase", "push"}});
+    pull_wait_ = &phase.Add({{"phase", "pull_wait"}});
+    skipped_ = &prometheus::BuildCounter()
+                    .Name("workerd_job_skipped_iterations_total")
+                    .Help("Iterations jumped over after a round closed without this worker.")
+                    .Register(r)
+                    .Add({});
+  }
+  ~Jobs() override { Shutdown(); }
+
+ protected:
+  absl::Status RunJob(const v1::JobAssignment& a, const JobSpec& spec) override {
+    int rank = -1;
+    for (const v1::JobMember& m : a.workers()) {
+      if (m.node_id() == w_->runtime_->node_id()) rank = static_cast<int>(m.rank());
+    }
+    if (rank < 0) return absl::InvalidArgumentError("this workerd is not among the job's workers");
+    BspWorkerConfig c;
+    c.job = spec;
+    c.rank = static_cast<uint32_t>(rank);
+    c.workers = static_cast<uint32_t>(a.workers_size());
+    for (const v1::JobMember& m : a.servers()) {
+      ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(m.data_address()));
+      ASSIGN_OR_RETURN(transport::Peer p, transport::ResolvePeer(hp));
+      c.servers.push_back(p);
+    }
+    c.endpoint = w_->endpoint_->config();
+    c.evaluate = rank == 0;
+    // Rounds start once every member is ready: allow for slow starters.
+    c.pull_timeout = absl::Seconds(120);
+    ASSIGN_OR_RETURN(train::BackendKind kind, train::ParseBackendKind(spec.backend));
+    if (w_->config_.cpu_threads > 0) {
+      train::SetCpuThreads(static_cast<int>(w_->config_.cpu_threads));
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<train::Backend> backend, train::CreateBackend(kind));
+    w_->endpoint_->SetSession(a.session());
+    ASSIGN_OR_RETURN(std::unique_ptr<BspWorker> worker,
+                     BspWorker::Create(c, backend.get(), w_->endpoint_.get()));
+    {
+      absl::MutexLock lock(&mu_);
+      worker_ = worker.get();
+      progress_ = WorkerProgress();
+      progress_.total = worker->total_iterations();
+      progress_.test_accuracy = -1;
+      last_ = WorkerProgress();
+    }
+    w_->mux_.Set(worker.get());
+    if (StopRequested()) worker->Stop();
+    MarkReady();
+    logger().Info("training", {{"job_id", a.job_id()},
+                               {"rank", rank},
+                               {"workers", a.workers_size()},
+                               {"backend", backend->name()},
+                               {"iterations", static_cast<long long>(worker->total_iterations())}});
+    double best_accuracy = -1;
+    absl::Status s = worker->Run(w_->config_.report_every, [&](const WorkerProgress& p) {
+      if (p.test_accuracy >= 0) best_accuracy = p.test_accuracy;
+      {
+        absl::MutexLock lock(&mu_);
+        const double acc = progress_.test_accuracy;
+        progress_ = p;
+        if (p.test_accuracy < 0) progress_.test_accuracy = acc;  // keep the newest measured
+      }
+      logger().Info("progress", {{"job_id", a.job_id()},
+                                 {"iteration", absl::StrCat(p.iteration, "/", p.total)},
+                                 {"loss", p.loss},
+                                 {"test_accuracy", p.test_accuracy},
+                                 {"samples_per_s", p.samples_per_s},
+                                 {"compute_s", p.compute_s},
+                                 {"push_s", p.push_s},
+                                 {"pull_wait_s", p.pull_wait_s}});
+    });
+    w_->mux_.Set(nullptr);
+    {
+      absl::MutexLock lock(&mu_);
+      worker_ = nullptr;
+    }
+    if (s.ok()) {
+      logger().Info("job part done",
+                    {{"job_id", a.job_id()},
+                     {"final_test_accuracy", best_accuracy},
+                     {"skipped_iterations", static_cast<long long>(progress_snapshot().skipped)}});
+    }
+    return s;
+  }
+
+  void StopJob() override {
+    absl::MutexLock lock(&mu_);
+    if (worker_ != nullptr) worker_->Stop();
+  }
+
+  void FillProgress(v1::NodeJobReport* r) override {
+    WorkerProgress p = progress_snapshot();
+    r->set_iteration(p.iteration);
+    r->set_total_iterations(p.total);
+    r->set_loss(p.loss);
+    r->set_test_accuracy(p.test_accuracy);
+    r->set_samples_per_second(p.samples_per_s);
+    r->set_compute_seconds(p.compute_s);
+    r->set_push_seconds(p.push_s);
+    r->set_pull_wait_seconds(p.pull_wait_s);
+    iteration_->Set(static_cast<double>(p.iteration));
+    total_->Set(static_cast<double>(p.total));
+    loss_->Set(p.loss);
+    accuracy_->Set(p.test_accuracy);
+    samples_->Set(p.samples_per_s);
+    absl::MutexLock lock(&mu_);
+    auto advance = [](prometheus::Counter* c, double now, double* last) {
+      if (now > *last) c->Increment(now - *last);
+      *last = now;
+    };
+    advance(compute_, p.compute_s, &last_.compute_s);
+    advance(push_, p.push_s, &last_.push_s);
+    advance(pull_wait_, p.pull_wait_s, &last_.pull_wait_s);
+    if (p.skipped > last_.skipped)
+      skipped_->Increment(static_cast<double>(p.skipped - last_.skipped));
+    last_.skipped = p.skipped;
+  }
+
+  void OnHeartbeatTick() override { data_metrics_.Update(w_->endpoint_->GetStats()); }
+
+ private:
+  WorkerProgress progress_snapshot() {
+    absl::MutexLock lock(&mu_);
+    return progress_;
+  }
+
+  Workerd* const w_;
+  TransportMetrics data_metrics_;
+  absl::Mutex mu_;
+  BspWorker* worker_ ABSL_GUARDED_BY(mu_) = nullptr;
+  WorkerProgress progress_ ABSL_GUARDED_BY(mu_);
+  WorkerProgress last_ ABSL_GUARDED_BY(mu_);  // what the counters hold
+  prometheus::Gauge *iteration_, *total_, *loss_, *accuracy_, *samples_;
+  prometheus::Counter *compute_, *push_, *pull_wait_, *skipped_;
+};
+
+Workerd::Workerd(const WorkerdConfig& config) : config_(config) {}
 
 absl::StatusOr<std::unique_ptr<Workerd>> Workerd::Create(const WorkerdConfig& config,
                                                          const DaemonEnv& env) {
   std::unique_ptr<Workerd> d(new Workerd(config));
   ASSIGN_OR_RETURN(d->runtime_,
                    NodeRuntime::Create("workerd", NodeRole::kWorker, config.common, env));
+  ASSIGN_OR_RETURN(d->endpoint_, CreateDataEndpoint(config.data, config.common.advertise_host,
+                                                    &d->mux_, &d->data_address_));
   return d;
 }
 
@@ -26,8 +203,12 @@ absl::Status Workerd::Start() {
     r->set_incarnation(agent_->incarnation());
     r->set_membership_version(agent_->membership_version());
   }));
-  agent_ = std::make_unique<SchedulerAgent>(config_.agent, runtime_.get());
+  jobs_ = std::make_unique<Jobs>(this);
+  jobs_->Start();
+  agent_ =
+      std::make_unique<SchedulerAgent>(config_.agent, runtime_.get(), data_address_, jobs_.get());
   agent_->Start();
+  runtime_->logger().Info("data plane", {{"data_address", data_address_}});
   return runtime_->MarkServing();
 }
 
@@ -36,6 +217,8 @@ void Workerd::Shutdown() {
   shut_down_ = true;
   // Leave the cluster first so schedd reports LEFT rather than DEAD.
   if (agent_) agent_->Stop();
+  if (jobs_) jobs_->Shutdown();
+  if (endpoint_) endpoint_->Shutdown();
   if (runtime_) runtime_->StopControl();
 }
 

@@ -1,7 +1,12 @@
-// workerd: the trainer. In this version it joins the cluster (registers,
-// heartbeats, serves Admin and /metrics); training arrives with the training
-// work.
-// Thread-safe: Start/Shutdown from one thread; Admin RPCs from gRPC's.
+// workerd: the trainer. It joins the cluster (registers with its data
+// address, heartbeats, serves Admin and /metrics) and runs its part of each
+// training job schedd assigns: a BspWorker on its data shard (CUDA when the
+// job's backend allows and a GPU is usable, else CPU), pulling parameters
+// from and pushing gradients to the job's psd over the daemon's long-lived
+// UDP endpoint. Progress goes to schedd in heartbeats, to the log, and to
+// /metrics (docs/jobs.md, docs/metrics.md).
+// Thread-safe: Start/Shutdown from one thread; Admin RPCs from gRPC's; jobs
+// on the JobRunner's thread.
 #ifndef HETPS_DAEMONS_WORKERD_WORKERD_H_
 #define HETPS_DAEMONS_WORKERD_WORKERD_H_
 
@@ -10,14 +15,21 @@
 #include "lib/config/config.h"
 #include "lib/daemon/common_config.h"
 #include "lib/daemon/daemon_main.h"
+#include "lib/daemon/data_plane.h"
 #include "lib/daemon/node_runtime.h"
 #include "lib/daemon/scheduler_agent.h"
+#include "lib/transport/receiver_mux.h"
 
 namespace hetps {
 
 struct WorkerdConfig {
   CommonConfig common;
   AgentConfig agent;
+  DataPlaneConfig data;
+  // BLAS threads of the CPU backend; 0 = OpenBLAS's default (every core).
+  int64_t cpu_threads = 0;
+  // Iterations between progress log lines and reports (evaluations add more).
+  int64_t report_every = 50;
 };
 
 void DeclareWorkerdConfig(ConfigSchema* schema, WorkerdConfig* config);
@@ -32,12 +44,18 @@ class Workerd final : public Daemon {
   void Shutdown() override;
   NodeRuntime& runtime() override { return *runtime_; }
   const SchedulerAgent& agent() const { return *agent_; }
+  const std::string& data_address() const { return data_address_; }
 
  private:
-  explicit Workerd(const WorkerdConfig& config) : config_(config) {}
+  class Jobs;
+  explicit Workerd(const WorkerdConfig& config);
 
   const WorkerdConfig config_;
   std::unique_ptr<NodeRuntime> runtime_;
+  transport::ReceiverMux mux_;
+  std::unique_ptr<transport::Endpoint> endpoint_;
+  std::string data_address_;
+  std::unique_ptr<Jobs> jobs_;
   std::unique_ptr<SchedulerAgent> agent_;
   bool shut_down_ = false;
 };

@@ -8,9 +8,12 @@
 
 namespace hetps {
 
-SchedulerAgent::SchedulerAgent(const AgentConfig& config, NodeRuntime* runtime)
+SchedulerAgent::SchedulerAgent(const AgentConfig& config, NodeRuntime* runtime,
+                               std::string data_address, JobHandler* jobs)
     : config_(config),
       runtime_(runtime),
+      data_address_(std::move(data_address)),
+      jobs_(jobs),
       logger_(runtime->logger().WithComponent("agent")),
       stub_(v1::Scheduler::NewStub(MakeChannel(config.scheduler))) {
   prometheus::Registry& r = runtime->registry();
@@ -62,6 +65,7 @@ bool SchedulerAgent::RegisterOnce() {
   req.set_role(RoleToProto(runtime_->role()));
   req.set_control_address(runtime_->control_address());
   req.set_metrics_address(runtime_->metrics_address());
+  req.set_data_address(data_address_);
   req.set_version(kVersion);
   CapabilitiesToProto(runtime_->capabilities(), req.mutable_capabilities());
   v1::RegisterResponse resp;
@@ -95,10 +99,12 @@ bool SchedulerAgent::HeartbeatOnce() {
   v1::HeartbeatRequest req;
   req.set_node_id(runtime_->node_id());
   req.set_incarnation(incarnation());
+  if (jobs_ != nullptr && !jobs_->FillJobReport(req.mutable_job())) req.clear_job();
   v1::HeartbeatResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx, absl::Milliseconds(config_.rpc_timeout_ms));
   grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
+  if (s.ok() && jobs_ != nullptr && resp.has_job()) jobs_->OnJobAssignment(resp.job());
   absl::MutexLock lock(&mu_);
   if (s.ok()) {
     heartbeats_ok_->Increment();

@@ -22,10 +22,23 @@
 
 namespace hetps {
 
+// What the agent needs from a daemon that runs jobs (see job_runner.h).
+class JobHandler {
+ public:
+  virtual ~JobHandler() = default;
+  // Before each heartbeat (agent thread). False: no job to report.
+  virtual bool FillJobReport(v1::NodeJobReport* report) = 0;
+  // An assignment from a heartbeat response (agent thread). Must not block.
+  virtual void OnJobAssignment(const v1::JobAssignment& assignment) = 0;
+};
+
 class SchedulerAgent {
  public:
   // `runtime` must outlive the agent and have started its control server.
-  SchedulerAgent(const AgentConfig& config, NodeRuntime* runtime);
+  // `data_address` (may be empty) is advertised at registration; `jobs`
+  // (may be null; not owned, must outlive the agent) takes job assignments.
+  SchedulerAgent(const AgentConfig& config, NodeRuntime* runtime, std::string data_address = "",
+                 JobHandler* jobs = nullptr);
   ~SchedulerAgent();
 
   void Start();
@@ -45,6 +58,8 @@ class SchedulerAgent {
 
   const AgentConfig config_;
   NodeRuntime* const runtime_;
+  const std::string data_address_;
+  JobHandler* const jobs_;
   const Logger logger_;
   std::unique_ptr<v1::Scheduler::Stub> stub_;
   std::thread thread_;

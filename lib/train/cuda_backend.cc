@@ -1,7 +1,15 @@
 // CUDA backend: cuBLAS for sgemm, cuda_kernels.cu for the rest, one stream.
 // cudaError_t / cublasStatus_t become absl::Status here and nowhere else.
+//
+// cuBLAS is loaded with dlopen when the first CudaBackend is created, not
+// linked: libcublasLt carries ~94 KB of static TLS, and a library linked at
+// start-up adds its static TLS to every thread's stack, so threads created
+// with small explicit stacks fail (civetweb's, behind the /metrics server,
+// use 100 KB and then cannot start: "Cannot create first worker thread").
+// Loaded later, its TLS is dynamic and costs other threads nothing.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <memory>
@@ -13,6 +21,44 @@
 namespace hetps {
 namespace train {
 namespace {
+
+// The five cuBLAS entry points the backend uses, resolved at run time.
+struct CublasApi {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSetMathMode) set_math_mode = nullptr;
+  decltype(&cublasSgemm_v2) sgemm = nullptr;
+};
+
+absl::StatusOr<const CublasApi*> LoadCublas() {
+  static const absl::StatusOr<const CublasApi*> api = []() -> absl::StatusOr<const CublasApi*> {
+    void* h = nullptr;
+    std::string errors;
+    for (const char* name :
+         {"libcublas.so.13", "libcublas.so", "/usr/local/cuda/lib64/libcublas.so.13"}) {
+      h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      if (h != nullptr) break;
+      absl::StrAppend(&errors, errors.empty() ? "" : "; ", dlerror());
+    }
+    if (h == nullptr)
+      return absl::UnavailableError(absl::StrCat("cuda: cannot load cuBLAS: ", errors));
+    auto* a = new CublasApi;
+    bool ok = true;
+    auto sym = [&](auto* fn, const char* name) {
+      *fn = reinterpret_cast<std::remove_reference_t<decltype(*fn)>>(dlsym(h, name));
+      ok = ok && *fn != nullptr;
+    };
+    sym(&a->create, "cublasCreate_v2");
+    sym(&a->destroy, "cublasDestroy_v2");
+    sym(&a->set_stream, "cublasSetStream_v2");
+    sym(&a->set_math_mode, "cublasSetMathMode");
+    sym(&a->sgemm, "cublasSgemm_v2");
+    if (!ok) return absl::UnavailableError("cuda: cuBLAS lacks an expected entry point");
+    return a;
+  }();
+  return api;
+}
 
 absl::Status CudaStatus(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return absl::OkStatus();
@@ -30,20 +76,23 @@ class CudaBackend final : public Backend {
       return absl::InvalidArgumentError(
           absl::StrCat("cuda: device ", device, " requested but ", count, " GPU(s) present"));
     }
+    absl::StatusOr<const CublasApi*> api = LoadCublas();
+    if (!api.ok()) return api.status();
     auto b = std::unique_ptr<CudaBackend>(new CudaBackend(device));
+    b->api_ = *api;
     if (auto s = CudaStatus(cudaSetDevice(device), "cudaSetDevice"); !s.ok()) return s;
     if (auto s = CudaStatus(cudaStreamCreate(&b->stream_), "cudaStreamCreate"); !s.ok()) return s;
-    if (cublasCreate(&b->blas_) != CUBLAS_STATUS_SUCCESS) {
+    if (b->api_->create(&b->blas_) != CUBLAS_STATUS_SUCCESS) {
       return absl::InternalError("cuda: cublasCreate failed");
     }
-    cublasSetStream(b->blas_, b->stream_);
+    b->api_->set_stream(b->blas_, b->stream_);
     // Strict FP32 (no TF32): the CPU and CUDA backends must agree closely.
-    cublasSetMathMode(b->blas_, CUBLAS_PEDANTIC_MATH);
+    b->api_->set_math_mode(b->blas_, CUBLAS_PEDANTIC_MATH);
     return std::unique_ptr<Backend>(std::move(b));
   }
 
   ~CudaBackend() override {
-    if (blas_ != nullptr) cublasDestroy(blas_);
+    if (blas_ != nullptr) api_->destroy(blas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -100,7 +149,7 @@ class CudaBackend final : public Backend {
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the
     // same buffers, operands swapped.
     const cublasStatus_t s =
-        cublasSgemm(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+        api_->sgemm(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                     n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc);
     if (s != CUBLAS_STATUS_SUCCESS && sticky_.ok()) {
       sticky_ = absl::InternalError(absl::StrCat("cuda: cublasSgemm failed with status ", s));
@@ -145,6 +194,7 @@ class CudaBackend final : public Backend {
 
   int device_;
   cudaStream_t stream_ = nullptr;
+  const CublasApi* api_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   absl::Status sticky_;
 };

@@ -1,0 +1,125 @@
+#include "lib/daemon/data_plane.h"
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/status_macros.h"
+
+namespace hetps {
+
+void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* c) {
+  schema->Address("data_listen", &c->data_listen,
+                  "UDP data-plane address (host:port, port 0 = any); IPv4.");
+  schema->Int("data_packet_bytes", &c->data_packet_bytes,
+              "Data-plane datagram size, header included (every node of a job must agree).",
+              transport::kHeaderBytes + 4, 9000);
+  schema->Int("data_socket_buffer_bytes", &c->data_socket_buffer_bytes,
+              "UDP socket send and receive buffer size.", 64 << 10, 1 << 30);
+}
+
+absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
+    const DataPlaneConfig& c, const std::string& advertise_host, transport::Receiver* receiver,
+    std::string* data_address) {
+  ASSIGN_OR_RETURN(HostPort bind, ParseHostPort(c.data_listen));
+  transport::EndpointConfig ec;
+  ec.bind = bind;
+  ec.packet_bytes = static_cast<uint32_t>(c.data_packet_bytes);
+  ec.congestion.packet_bytes = ec.packet_bytes;
+  ec.socket_buffer_bytes = static_cast<size_t>(c.data_socket_buffer_bytes);
+  HostPort advertised = bind;
+  if (bind.IsWildcard()) {
+    if (advertise_host.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data_listen ", c.data_listen,
+                       " is a wildcard address: set advertise_host to the IPv4 address peers "
+                       "reach this node at"));
+    }
+    advertised.host = advertise_host;
+    if (!transport::ResolvePeer(advertised).ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("advertise_host ", advertise_host,
+                       " is not a numeric IPv4 address (the data plane "
+                       "needs one)"));
+    }
+  }
+  absl::StatusOr<std::unique_ptr<transport::Endpoint>> ep =
+      transport::Endpoint::Create(ec, receiver);
+  if (!ep.ok()) {
+    return absl::Status(ep.status().code(),
+                        absl::StrCat("data_listen ", c.data_listen, ": ", ep.status().message()));
+  }
+  advertised.port = ntohs((*ep)->local().port);
+  *data_address = advertised.ToString();
+  return ep;
+}
+
+TransportMetrics::TransportMetrics(prometheus::Registry& r, const std::string& p) {
+  auto& datagrams = prometheus::BuildCounter()
+                        .Name(p + "_data_datagrams_total")
+                        .Help("Data-plane datagrams (DATA, ACK, STOP) by direction.")
+                        .Register(r);
+  datagrams_sent_ = &datagrams.Add({{"direction", "sent"}});
+  datagrams_received_ = &datagrams.Add({{"direction", "received"}});
+  auto& bytes = prometheus::BuildCounter()
+                    .Name(p + "_data_bytes_total")
+                    .Help("Data-plane bytes on the wire (headers included) by direction.")
+                    .Register(r);
+  bytes_sent_ = &bytes.Add({{"direction", "sent"}});
+  bytes_received_ = &bytes.Add({{"direction", "received"}});
+  auto& flows = prometheus::BuildCounter()
+                    .Name(p + "_data_flows_total")
+                    .Help("Data-plane flows (one push or pull each) by direction.")
+                    .Register(r);
+  flows_sent_ = &flows.Add({{"direction", "sent"}});
+  flows_received_ = &flows.Add({{"direction", "received"}});
+  retransmissions_ = &prometheus::BuildCounter()
+                          .Name(p + "_data_retransmissions_total")
+                          .Help("DATA packets sent again after being declared lost.")
+                          .Register(r)
+                          .Add({});
+  impairment_dropped_ = &prometheus::BuildCounter()
+                             .Name(p + "_data_impairment_dropped_total")
+                             .Help("Datagrams dropped on purpose by the impairment layer.")
+                             .Register(r)
+                             .Add({});
+  auto& drops = prometheus::BuildCounter()
+                    .Name(p + "_data_drops_total")
+                    .Help("Received datagrams dropped, by reason (docs/wire-format.md).")
+                    .Register(r);
+  for (size_t i = 1; i < size_t(transport::DropReason::kCount); ++i) {
+    drops_.push_back(
+        &drops.Add({{"reason", transport::DropReasonName(static_cast<transport::DropReason>(i))}}));
+  }
+  btlbw_ = &prometheus::BuildGauge()
+                .Name(p + "_data_peer_btlbw_bytes_per_second")
+                .Help("Bottleneck bandwidth estimated towards each peer (windowed max).")
+                .Register(r);
+  rtprop_ = &prometheus::BuildGauge()
+                 .Name(p + "_data_peer_rtprop_seconds")
+                 .Help("Round-trip propagation time estimated towards each peer (windowed min).")
+                 .Register(r);
+}
+
+void TransportMetrics::Advance(prometheus::Counter* c, uint64_t now, uint64_t* last) {
+  if (now > *last) c->Increment(static_cast<double>(now - *last));
+  *last = now;
+}
+
+void TransportMetrics::Update(const transport::EndpointStats& s) {
+  Advance(datagrams_sent_, s.datagrams_sent, &last_.datagrams_sent);
+  Advance(datagrams_received_, s.datagrams_received, &last_.datagrams_received);
+  Advance(bytes_sent_, s.bytes_sent, &last_.bytes_sent);
+  Advance(bytes_received_, s.bytes_received, &last_.bytes_received);
+  Advance(flows_sent_, s.flows_sent, &last_.flows_sent);
+  Advance(flows_received_, s.flows_received, &last_.flows_received);
+  Advance(retransmissions_, s.retransmissions, &last_.retransmissions);
+  Advance(impairment_dropped_, s.impairment_dropped, &last_.impairment_dropped);
+  for (size_t i = 1; i < size_t(transport::DropReason::kCount); ++i) {
+    Advance(drops_[i - 1], s.drops[i], &last_.drops[i]);
+  }
+  for (const transport::PeerEstimate& e : s.peers) {
+    const std::string peer = e.peer.ToString();
+    btlbw_->Add({{"peer", peer}}).Set(static_cast<double>(e.btlbw_bps) / 8);
+    rtprop_->Add({{"peer", peer}}).Set(e.rtprop_us / 1e6);
+  }
+}
+
+}  // namespace hetps

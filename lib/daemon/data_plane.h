@@ -1,0 +1,57 @@
+// The data plane of a psd or workerd: its configuration, its long-lived
+// UDP endpoint (one per daemon, serving job after job), and the endpoint's
+// counters as Prometheus metrics.
+#ifndef HETPS_LIB_DAEMON_DATA_PLANE_H_
+#define HETPS_LIB_DAEMON_DATA_PLANE_H_
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/config/config.h"
+#include "lib/transport/endpoint.h"
+
+namespace hetps {
+
+struct DataPlaneConfig {
+  std::string data_listen = "127.0.0.1:0";
+  int64_t data_packet_bytes = 1400;
+  int64_t data_socket_buffer_bytes = 8 << 20;
+};
+
+void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* config);
+
+// Binds the endpoint. `advertise_host` replaces a wildcard bind host in
+// *data_address (it must then be a numeric IPv4 address peers can reach).
+absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
+    const DataPlaneConfig& config, const std::string& advertise_host, transport::Receiver* receiver,
+    std::string* data_address);
+
+// A data-plane Endpoint's counters as Prometheus metrics (<prefix>_data_*;
+// docs/metrics.md). Update() is called periodically with a fresh
+// EndpointStats and advances each counter by what changed since the last
+// call. Not thread-safe: one caller (the scheduler agent's thread).
+
+class TransportMetrics {
+ public:
+  TransportMetrics(prometheus::Registry& registry, const std::string& prefix);
+  void Update(const transport::EndpointStats& stats);
+
+ private:
+  void Advance(prometheus::Counter* c, uint64_t now, uint64_t* last);
+
+  prometheus::Counter *datagrams_sent_, *datagrams_received_, *bytes_sent_, *bytes_received_,
+      *retransmissions_, *flows_sent_, *flows_received_, *impairment_dropped_;
+  std::vector<prometheus::Counter*> drops_;  // by DropReason
+  prometheus::Family<prometheus::Gauge>* btlbw_;
+  prometheus::Family<prometheus::Gauge>* rtprop_;
+  transport::EndpointStats last_;
+};
+
+}  // namespace hetps
+
+#endif  // HETPS_LIB_DAEMON_DATA_PLANE_H_

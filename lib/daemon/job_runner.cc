@@ -1,0 +1,136 @@
+#include "lib/daemon/job_runner.h"
+
+namespace hetps {
+namespace {
+
+bool Ended(v1::JobState s) {
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
+}
+
+}  // namespace
+
+JobRunner::JobRunner(Logger logger) : log_(std::move(logger)) {}
+
+JobRunner::~JobRunner() { Shutdown(); }
+
+void JobRunner::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void JobRunner::Shutdown() {
+  bool stop_job;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_ && !thread_.joinable()) return;
+    shutdown_ = true;
+    stop_job = running_;
+    stop_ = true;
+    changed_.SignalAll();
+  }
+  if (stop_job) StopJob();
+  if (thread_.joinable()) thread_.join();
+}
+
+void JobRunner::MarkReady() {
+  absl::MutexLock lock(&mu_);
+  ready_ = true;
+}
+
+bool JobRunner::WaitUpdate(absl::Duration timeout, uint64_t known_roster,
+                           v1::JobAssignment* latest) {
+  absl::MutexLock lock(&mu_);
+  auto newer = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return stop_ || current_.roster_version() > known_roster;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&newer), timeout);
+  *latest = current_;
+  return !stop_;
+}
+
+bool JobRunner::StopRequested() const {
+  absl::MutexLock lock(&mu_);
+  return stop_;
+}
+
+bool JobRunner::FillJobReport(v1::NodeJobReport* r) {
+  OnHeartbeatTick();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!has_job_) return false;
+    r->set_job_id(current_.job_id());
+    r->set_roster_version(current_.roster_version());
+    r->set_ready(ready_);
+    r->set_done(done_);
+    r->set_error(error_);
+    if (pending_.has_value()) return true;  // not started: no progress yet
+  }
+  FillProgress(r);
+  return true;
+}
+
+void JobRunner::OnJobAssignment(const v1::JobAssignment& a) {
+  bool stop_job = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_) return;
+    if (has_job_ && a.job_id() == current_.job_id()) {
+      if (a.roster_version() <= current_.roster_version()) return;
+      current_ = a;
+      if (Ended(a.state())) {
+        log_.Info("job ended", {{"job_id", a.job_id()}, {"state", v1::JobState_Name(a.state())}});
+        has_job_ = false;
+        if (pending_.has_value()) pending_.reset();
+        stop_job = running_ && !stop_;
+        stop_ = stop_ || running_;
+      }
+    } else {
+      if (Ended(a.state())) return;  // about a job this node does not run
+      log_.Info(
+          "job assigned",
+          {{"job_id", a.job_id()}, {"servers", a.servers_size()}, {"workers", a.workers_size()}});
+      stop_job = running_ && !stop_;
+      stop_ = stop_ || running_;
+      pending_ = a;
+      has_job_ = true;
+      current_ = a;
+      ready_ = done_ = false;
+      error_.clear();
+    }
+    changed_.SignalAll();
+  }
+  if (stop_job) StopJob();
+}
+
+void JobRunner::Loop() {
+  for (;;) {
+    v1::JobAssignment a;
+    {
+      absl::MutexLock lock(&mu_);
+      auto wake = [this]()
+                      ABSL_SHARED_LOCKS_REQUIRED(mu_) { return shutdown_ || pending_.has_value(); };
+      mu_.Await(absl::Condition(&wake));
+      if (shutdown_) return;
+      a = std::move(*pending_);
+      pending_.reset();
+      running_ = true;
+      stop_ = false;
+    }
+    absl::Status s;
+    absl::StatusOr<JobSpec> spec = ParseJobSpec(a.spec_yaml(), a.job_id());
+    s = spec.ok() ? RunJob(a, *spec) : spec.status();
+    absl::MutexLock lock(&mu_);
+    running_ = false;
+    const bool same = has_job_ && current_.job_id() == a.job_id();
+    if (stop_ || !same) {
+      log_.Info("job stopped", {{"job_id", a.job_id()}});
+    } else if (s.ok()) {
+      done_ = true;
+      log_.Info("job part done", {{"job_id", a.job_id()}});
+    } else {
+      error_ = std::string(s.message());
+      log_.Error("job part failed", {{"job_id", a.job_id()}, {"error", error_}});
+    }
+  }
+}
+
+}  // namespace hetps

@@ -1,0 +1,86 @@
+// JobRunner: the part of psd and workerd that turns schedd's job
+// assignments (carried by heartbeat responses, docs/jobs.md) into one
+// running job at a time, and reports on it in the next heartbeats.
+//
+// The SchedulerAgent calls OnJobAssignment and FillJobReport on its own
+// thread; they never block on a job. Jobs run on the runner's thread:
+//   new job id      -> the running job (if any) is asked to stop; the new
+//                      one starts when the runner thread is free;
+//   same id, newer  -> Latest() returns it; the job's loop reacts (roster,
+//                      start flag); an ended state (succeeded, failed,
+//                      cancelled) also asks the job to stop, and the node
+//                      stops reporting it.
+// A subclass implements RunJob (blocks until its part is done, calls
+// MarkReady once built), StopJob (makes RunJob return soon; any thread)
+// and FillProgress. Thread-safe.
+#ifndef HETPS_LIB_DAEMON_JOB_RUNNER_H_
+#define HETPS_LIB_DAEMON_JOB_RUNNER_H_
+
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "lib/base/log.h"
+#include "lib/daemon/scheduler_agent.h"
+#include "lib/job/job_spec.h"
+#include "proto/hetps/v1/scheduler.pb.h"
+
+namespace hetps {
+
+class JobRunner : public JobHandler {
+ public:
+  explicit JobRunner(Logger logger);
+  ~JobRunner() override;  // subclasses must call Shutdown() in theirs
+
+  void Start();
+  // Stops the running job and the thread. Idempotent.
+  void Shutdown();
+
+  bool FillJobReport(v1::NodeJobReport* report) final;
+  void OnJobAssignment(const v1::JobAssignment& assignment) final;
+
+ protected:
+  // Runs this node's part of the job to its end. An error is reported to
+  // schedd (which fails the job); after StopJob the result is ignored.
+  virtual absl::Status RunJob(const v1::JobAssignment& assignment, const JobSpec& spec) = 0;
+  virtual void StopJob() = 0;
+  virtual void FillProgress(v1::NodeJobReport* report) = 0;
+  // Before every heartbeat, job or not (e.g. to refresh metrics).
+  virtual void OnHeartbeatTick() {}
+
+  // For RunJob: its part is built and listening.
+  void MarkReady();
+  // For RunJob: waits up to `timeout` for a newer assignment of the running
+  // job or a stop request; returns the newest assignment. False once the
+  // job should stop.
+  bool WaitUpdate(absl::Duration timeout, uint64_t known_roster, v1::JobAssignment* latest);
+  // For RunJob: true once the running job should stop.
+  bool StopRequested() const;
+  const Logger& logger() const { return log_; }
+
+ private:
+  void Loop();
+
+  const Logger log_;
+  std::thread thread_;
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<v1::JobAssignment> pending_ ABSL_GUARDED_BY(mu_);
+  // The job being reported: running, queued, or ended but not yet ended by
+  // schedd's word.
+  bool has_job_ ABSL_GUARDED_BY(mu_) = false;
+  v1::JobAssignment current_ ABSL_GUARDED_BY(mu_);
+  bool running_ ABSL_GUARDED_BY(mu_) = false;  // RunJob in progress
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;     // the running job was asked to stop
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  std::string error_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace hetps
+
+#endif  // HETPS_LIB_DAEMON_JOB_RUNNER_H_
