@@ -49,8 +49,11 @@ absl::Status LocalCluster::StartSchedd() {
   return s;
 }
 
-absl::Status LocalCluster::StartNode(const std::string& daemon, const std::string& node_id) {
-  return Launch(daemon, node_id, {"--scheduler=" + schedd_address_, "--rpc_timeout_ms=1000"});
+absl::Status LocalCluster::StartNode(const std::string& daemon, const std::string& node_id,
+                                     std::vector<std::string> extra_flags) {
+  std::vector<std::string> flags = {"--scheduler=" + schedd_address_, "--rpc_timeout_ms=1000"};
+  flags.insert(flags.end(), extra_flags.begin(), extra_flags.end());
+  return Launch(daemon, node_id, flags);
 }
 
 void LocalCluster::Kill(const std::string& node_id, int sig) {

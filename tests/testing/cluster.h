@@ -30,7 +30,8 @@ class LocalCluster {
 
   absl::Status StartSchedd();
   // daemon is "psd" or "workerd"; node_id is also the handle's key.
-  absl::Status StartNode(const std::string& daemon, const std::string& node_id);
+  absl::Status StartNode(const std::string& daemon, const std::string& node_id,
+                         std::vector<std::string> extra_flags = {});
   void Kill(const std::string& node_id, int sig);
   // Waits for the node's process to exit; returns its exit code.
   int WaitExit(const std::string& node_id, absl::Duration timeout);
