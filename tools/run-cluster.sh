@@ -1,29 +1,34 @@
 #!/usr/bin/env bash
-# The main job: builds hetps (optimized) and runs a local cluster on loopback
-# (1 schedd, 2 psd, 2 workerd), showing it live with psctl until Ctrl-C or
-# --duration. Installs what it needs (Debian packages, idempotent). Stops only
+# The main job: builds hetps (optimized), starts a local cluster on loopback
+# (1 schedd, 2 psd, 2 workerd), submits a training job (default: mlp on
+# Fashion-MNIST, deploy/jobs/mlp.yaml) with psctl, and shows its progress
+# until it ends; then stops the cluster. Exit status 0 when the job
+# succeeded. Installs what it needs (Debian packages, idempotent). Stops only
 # the daemons it started, by PID (SIGTERM: they drain and leave the cluster).
 #
-# usage: tools/run-cluster.sh [--duration SECONDS] [--refresh SECONDS]
+# usage: tools/run-cluster.sh [--job FILE] [--keep] [--refresh SECONDS]
 #                             [--port BASE] [--out DIR]
-#   --duration  stop after this many seconds (default: run until Ctrl-C)
-#   --refresh   seconds between psctl updates (default 2)
+#   --job       job spec to submit (default deploy/jobs/mlp.yaml)
+#   --keep      keep the cluster running after the job, until Ctrl-C
+#   --refresh   seconds between progress updates (default 2)
 #   --port      schedd's control port; metrics ports follow (default 7070)
-#   --out       logs and config (default out/cluster)
+#   --out       logs (default out/cluster)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-duration=0
+job=deploy/jobs/mlp.yaml
+keep=0
 refresh=2
 base_port=7070
 out=out/cluster
 while [ $# -gt 0 ]; do
   case "$1" in
-    --duration) duration=$2; shift 2 ;;
+    --job) job=$2; shift 2 ;;
+    --keep) keep=1; shift ;;
     --refresh) refresh=$2; shift 2 ;;
     --port) base_port=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "run-cluster: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -93,10 +98,11 @@ for node in psd-0 psd-1; do
   start psd "$node" --scheduler="$schedd_addr" --listen=127.0.0.1:0 \
     --metrics_listen="127.0.0.1:$((base_port + 2400 + i))"
 done
+# Two trainers share this machine's cores: one BLAS thread each.
 for node in worker-0 worker-1; do
   i=$((i + 1))
   start workerd "$node" --scheduler="$schedd_addr" --listen=127.0.0.1:0 \
-    --metrics_listen="127.0.0.1:$((base_port + 2400 + i))"
+    --metrics_listen="127.0.0.1:$((base_port + 2400 + i))" --cpu_threads=1
 done
 
 psctl() { "$bin/clients/psctl/psctl" --endpoint="$schedd_addr" "$@"; }
@@ -107,20 +113,34 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 
-start_ts=$(date +%s)
+echo "run-cluster: submitting $job"
+psctl job submit "$job"
+state=""
 while true; do
-  [ -t 1 ] && clear
-  echo "hetps local cluster: schedd $schedd_addr   logs: $out/   (Ctrl-C stops)"
-  echo
-  psctl status || true
-  echo
-  psctl nodes || true
-  now=$(date +%s)
-  if [ "$duration" -gt 0 ] && [ $((now - start_ts)) -ge "$duration" ]; then
-    echo
-    echo "run-cluster: --duration $duration s reached"
-    psctl nodes -o json
-    break
-  fi
   sleep "$refresh"
+  json=$(psctl job status -o json 2>/dev/null || true)
+  state=$(sed -nE 's/.*"state":"([a-z]+)".*/\1/p' <<<"${json%%\"nodes\"*}")
+  if [ -t 1 ]; then
+    clear
+    echo "hetps local cluster: schedd $schedd_addr   logs: $out/   (Ctrl-C stops)"
+    echo
+    psctl job status || true
+  else
+    # One progress line per update when not on a terminal (CI, logs).
+    it=$(sed -nE 's/.*"iteration":([0-9]+),"total_iterations":([0-9]+).*/\1\/\2/p' <<<"$json")
+    acc=$(sed -nE 's/.*"test_accuracy":([-0-9.e]+),.*/\1/p' <<<"${json%%\"nodes\"*}")
+    sps=$(sed -nE 's/.*"samples_per_second":([-0-9.e]+),.*/\1/p' <<<"${json%%\"nodes\"*}")
+    loss=$(sed -nE 's/.*"loss":([-0-9.e]+),.*/\1/p' <<<"${json%%\"nodes\"*}")
+    printf 'run-cluster: %-9s iteration %-11s loss %-7.4f test accuracy %-7s samples/s %.0f\n' \
+      "$state" "$it" "${loss:-0}" "$(awk -v a="${acc:--1}" 'BEGIN{if (a<0) print "-"; else printf "%.2f%%", 100*a}')" \
+      "${sps:-0}"
+  fi
+  case "$state" in succeeded|failed|cancelled) break ;; esac
 done
+echo
+psctl job status || true
+if [ "$keep" -eq 1 ]; then
+  echo "run-cluster: job $state; cluster kept running (--keep) until Ctrl-C"
+  while true; do sleep 3600; done
+fi
+[ "$state" = succeeded ]

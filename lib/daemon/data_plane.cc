@@ -1,5 +1,9 @@
 #include "lib/daemon/data_plane.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
 
@@ -26,19 +30,30 @@ absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
   ec.socket_buffer_bytes = static_cast<size_t>(c.data_socket_buffer_bytes);
   HostPort advertised = bind;
   if (bind.IsWildcard()) {
-    if (advertise_host.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("data_listen ", c.data_listen,
-                       " is a wildcard address: set advertise_host to the IPv4 address peers "
-                       "reach this node at"));
+    // Peers need a numeric IPv4 address: resolve advertise_host, or this
+    // host's name when it is not set.
+    std::string host = advertise_host;
+    if (host.empty()) {
+      char name[256] = {0};
+      if (gethostname(name, sizeof(name) - 1) != 0) {
+        return absl::InvalidArgumentError("data_listen is a wildcard and gethostname failed");
+      }
+      host = name;
     }
-    advertised.host = advertise_host;
-    if (!transport::ResolvePeer(advertised).ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("advertise_host ", advertise_host,
-                       " is not a numeric IPv4 address (the data plane "
-                       "needs one)"));
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    addrinfo* res = nullptr;
+    const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+    if (rc != 0 || res == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data_listen ", c.data_listen, " is a wildcard address and ", host,
+          " does not resolve to an IPv4 address (", gai_strerror(rc),
+          "): set advertise_host to the address peers reach this node at"));
     }
+    char ip[INET_ADDRSTRLEN] = {0};
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, ip, sizeof(ip));
+    freeaddrinfo(res);
+    advertised.host = ip;
   }
   absl::StatusOr<std::unique_ptr<transport::Endpoint>> ep =
       transport::Endpoint::Create(ec, receiver);

@@ -25,8 +25,9 @@ struct DataPlaneConfig {
 
 void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* config);
 
-// Binds the endpoint. `advertise_host` replaces a wildcard bind host in
-// *data_address (it must then be a numeric IPv4 address peers can reach).
+// Binds the endpoint and sets *data_address to what peers should use: the
+// bind address, or for a wildcard bind `advertise_host` (else this host's
+// name) resolved to a numeric IPv4 address.
 absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
     const DataPlaneConfig& config, const std::string& advertise_host, transport::Receiver* receiver,
     std::string* data_address);
