@@ -53,6 +53,10 @@ class Psd::Jobs final : public JobRunner {
 
  protected:
   absl::Status RunJob(const v1::JobAssignment& a, const JobSpec& spec) override {
+    {
+      absl::MutexLock lock(&mu_);  // nothing of the previous job is reported for this one
+      final_ = ps::ShardServerStats();
+    }
     int index = -1;
     for (const v1::JobMember& m : a.servers()) {
       if (m.node_id() == psd_->runtime_->node_id()) index = static_cast<int>(m.rank());

@@ -57,6 +57,12 @@ class Workerd::Jobs final : public JobRunner {
 
  protected:
   absl::Status RunJob(const v1::JobAssignment& a, const JobSpec& spec) override {
+    {
+      absl::MutexLock lock(&mu_);  // nothing of the previous job is reported for this one
+      progress_ = WorkerProgress();
+      progress_.test_accuracy = -1;
+      last_ = WorkerProgress();
+    }
     int rank = -1;
     for (const v1::JobMember& m : a.workers()) {
       if (m.node_id() == w_->runtime_->node_id()) rank = static_cast<int>(m.rank());
@@ -86,10 +92,7 @@ class Workerd::Jobs final : public JobRunner {
     {
       absl::MutexLock lock(&mu_);
       worker_ = worker.get();
-      progress_ = WorkerProgress();
       progress_.total = worker->total_iterations();
-      progress_.test_accuracy = -1;
-      last_ = WorkerProgress();
     }
     w_->mux_.Set(worker.get());
     if (StopRequested()) worker->Stop();

@@ -1,13 +1,21 @@
 // CPU backend: OpenBLAS sgemm for the matrix products (where nearly all the
 // flops are), plain loops the compiler vectorizes for the rest.
-#include <cblas.h>
+//
+// OpenBLAS is loaded with dlopen on first use, not linked: a library linked
+// at start-up adds its static TLS (OpenBLAS: 60 KB) to every thread's stack,
+// and civetweb's /metrics threads have fixed 100 KB stacks; with OpenBLAS
+// linked, a scrape overflowed them (SIGSEGV in civetweb-worker). See also
+// cuda_backend.cc.
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +24,48 @@
 namespace hetps {
 namespace train {
 namespace {
+
+// The CBLAS ABI (LP64): enums are passed as int.
+constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
+using SgemmFn = void (*)(int order, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                         const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                         int ldc);
+using SetThreadsFn = void (*)(int);
+
+struct OpenBlas {
+  SgemmFn sgemm = nullptr;
+  SetThreadsFn set_num_threads = nullptr;
+};
+
+// Loaded once; a machine without OpenBLAS cannot train on CPU at all, so
+// that is a clear fatal error rather than a status every caller must carry.
+const OpenBlas& Blas() {
+  static const OpenBlas blas = [] {
+    OpenBlas b;
+    std::string errors;
+    void* h = nullptr;
+    for (const char* name :
+         {"libopenblas.so.0", "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0"}) {
+      h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      if (h != nullptr) break;
+      absl::StrAppend(&errors, errors.empty() ? "" : "; ", dlerror());
+    }
+    if (h != nullptr) {
+      b.sgemm = reinterpret_cast<SgemmFn>(dlsym(h, "cblas_sgemm"));
+      b.set_num_threads = reinterpret_cast<SetThreadsFn>(dlsym(h, "openblas_set_num_threads"));
+    }
+    if (b.sgemm == nullptr || b.set_num_threads == nullptr) {
+      std::fprintf(
+          stderr,
+          "hetps: cannot load OpenBLAS (%s); install Debian's libopenblas0 "
+          "(tools/bootstrap.sh does)\n",
+          h == nullptr ? errors.c_str() : "cblas_sgemm or openblas_set_num_threads missing");
+      std::abort();
+    }
+    return b;
+  }();
+  return blas;
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -49,8 +99,9 @@ class CpuBackend final : public Backend {
 
   void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
             const float* b, int ldb, float beta, float* c, int ldc) override {
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    Blas().sgemm(kCblasRowMajor, trans_a ? kCblasTrans : kCblasNoTrans,
+                 trans_b ? kCblasTrans : kCblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                 ldc);
   }
 
   void AddBias(float* y, const float* bias, int outer, int channels, int inner) override {
@@ -192,11 +243,14 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> NewCpuBackend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> NewCpuBackend() {
+  Blas();  // a missing OpenBLAS fails here, not mid-training
+  return std::make_unique<CpuBackend>();
+}
 
 void SetCpuThreads(int threads) {
   if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
-  openblas_set_num_threads(std::max(1, threads));
+  Blas().set_num_threads(std::max(1, threads));
 }
 
 }  // namespace train
