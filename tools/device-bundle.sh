@@ -21,4 +21,13 @@ for t in "$@"; do
     esac
   done
 done
+# dlopen()ed at run time, so ldd does not list it (lib/train/cpu_backend.cc).
+openblas=$(readlink -f /usr/lib/x86_64-linux-gnu/libopenblas.so.0)
+cp -L "$openblas" .device/lib/libopenblas.so.0
+ldd "$openblas" | awk '/=> \// {print $3}' | while read -r lib; do
+  case "$lib" in
+    */libc.so.*|*/libm.so.*|*/libpthread.so.*|*/libdl.so.*|*/librt.so.*) ;;
+    *) cp -Ln "$lib" .device/lib/ ;;
+  esac
+done
 du -sh .device
