@@ -75,8 +75,8 @@ TEST_CASE("A killed workerd: rounds close at the deadline, the job finishes with
   // the first rounds without worker-1 close at the deadline; then schedd's
   // membership change removes it from the roster.
   const std::string job = WriteJob(c, "job.yaml",
-                                    "name: kill-test\nmodel: mlp\niterations: 400\n"
-                                    "eval_every: 100\nround_deadline_ms: 400\n");
+                                   "name: kill-test\nmodel: mlp\niterations: 400\n"
+                                   "eval_every: 100\nround_deadline_ms: 400\n");
   ProcessResult sub = Psctl(c, {"job", "submit", job, "-o", "json"});
   INFO(sub.stdout_text << sub.stderr_text);
   REQUIRE(sub.exit_code == 0);
@@ -128,8 +128,8 @@ TEST_CASE("Bad specs are refused with the key named; cancel stops a job; the nex
   CHECK(none.exit_code == 1);
   CHECK(none.stderr_text.find("no job") != std::string::npos);
 
-  ProcessResult bad =
-      Psctl(c, {"job", "submit", WriteJob(c, "bad.yaml", "model: mlp\nepochs: 1\nbatch_size: 0\n")});
+  ProcessResult bad = Psctl(
+      c, {"job", "submit", WriteJob(c, "bad.yaml", "model: mlp\nepochs: 1\nbatch_size: 0\n")});
   CHECK(bad.exit_code == 1);
   CHECK(bad.stderr_text.find("batch_size") != std::string::npos);
   CHECK(bad.stderr_text.find("bad.yaml") != std::string::npos);
@@ -141,8 +141,9 @@ TEST_CASE("Bad specs are refused with the key named; cancel stops a job; the nex
   CHECK(too_many.stderr_text.find("only 1") != std::string::npos);
 
   // A long job, cancelled while it runs.
-  REQUIRE(Psctl(c, {"job", "submit", WriteJob(c, "long.yaml", "model: mlp\nepochs: 50\n")})
-              .exit_code == 0);
+  REQUIRE(
+      Psctl(c, {"job", "submit", WriteJob(c, "long.yaml", "model: mlp\nepochs: 50\n")}).exit_code ==
+      0);
   REQUIRE(WaitFor([&] { return GetJob(c).iteration() >= 20; }, absl::Seconds(60)));
   ProcessResult busy = Psctl(c, {"job", "submit", c.dir() + "/ok.yaml"});
   CHECK(busy.exit_code == 1);

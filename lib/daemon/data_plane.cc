@@ -45,10 +45,10 @@ absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
     addrinfo* res = nullptr;
     const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
     if (rc != 0 || res == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "data_listen ", c.data_listen, " is a wildcard address and ", host,
-          " does not resolve to an IPv4 address (", gai_strerror(rc),
-          "): set advertise_host to the address peers reach this node at"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("data_listen ", c.data_listen, " is a wildcard address and ", host,
+                       " does not resolve to an IPv4 address (", gai_strerror(rc),
+                       "): set advertise_host to the address peers reach this node at"));
     }
     char ip[INET_ADDRSTRLEN] = {0};
     inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, ip, sizeof(ip));
