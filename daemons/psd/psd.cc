@@ -137,15 +137,11 @@ class Psd::Jobs final : public JobRunner {
     r->set_last_contributors(s.last_contributors);
     r->set_last_round_ms(s.last_round_ms);
     // Metrics follow the same stats (this runs on every heartbeat).
-    auto advance = [](prometheus::Counter* c, uint64_t now, uint64_t* last) {
-      if (now > *last) c->Increment(static_cast<double>(now - *last));
-      *last = now;
-    };
     if (s.iteration < last_.iteration) last_ = ps::ShardServerStats();  // a new job
-    advance(rounds_complete_, s.rounds_complete, &last_.rounds_complete);
-    advance(rounds_deadline_, s.rounds_by_deadline, &last_.rounds_by_deadline);
-    advance(rounds_membership_, s.rounds_by_membership, &last_.rounds_by_membership);
-    advance(stale_, s.stale_pushes, &last_.stale_pushes);
+    AdvanceCounter(rounds_complete_, s.rounds_complete, &last_.rounds_complete);
+    AdvanceCounter(rounds_deadline_, s.rounds_by_deadline, &last_.rounds_by_deadline);
+    AdvanceCounter(rounds_membership_, s.rounds_by_membership, &last_.rounds_by_membership);
+    AdvanceCounter(stale_, s.stale_pushes, &last_.stale_pushes);
     last_.iteration = s.iteration;
     iteration_->Set(s.iteration);
     contributors_->Set(s.last_contributors);

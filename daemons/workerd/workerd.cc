@@ -155,16 +155,10 @@ class Workerd::Jobs final : public JobRunner {
     accuracy_->Set(p.test_accuracy);
     samples_->Set(p.samples_per_s);
     absl::MutexLock lock(&mu_);
-    auto advance = [](prometheus::Counter* c, double now, double* last) {
-      if (now > *last) c->Increment(now - *last);
-      *last = now;
-    };
-    advance(compute_, p.compute_s, &last_.compute_s);
-    advance(push_, p.push_s, &last_.push_s);
-    advance(pull_wait_, p.pull_wait_s, &last_.pull_wait_s);
-    if (p.skipped > last_.skipped)
-      skipped_->Increment(static_cast<double>(p.skipped - last_.skipped));
-    last_.skipped = p.skipped;
+    AdvanceCounter(compute_, p.compute_s, &last_.compute_s);
+    AdvanceCounter(push_, p.push_s, &last_.push_s);
+    AdvanceCounter(pull_wait_, p.pull_wait_s, &last_.pull_wait_s);
+    AdvanceCounter(skipped_, p.skipped, &last_.skipped);
   }
 
   void OnHeartbeatTick() override { data_metrics_.Update(w_->endpoint_->GetStats()); }

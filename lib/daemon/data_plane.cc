@@ -113,22 +113,17 @@ TransportMetrics::TransportMetrics(prometheus::Registry& r, const std::string& p
                  .Register(r);
 }
 
-void TransportMetrics::Advance(prometheus::Counter* c, uint64_t now, uint64_t* last) {
-  if (now > *last) c->Increment(static_cast<double>(now - *last));
-  *last = now;
-}
-
 void TransportMetrics::Update(const transport::EndpointStats& s) {
-  Advance(datagrams_sent_, s.datagrams_sent, &last_.datagrams_sent);
-  Advance(datagrams_received_, s.datagrams_received, &last_.datagrams_received);
-  Advance(bytes_sent_, s.bytes_sent, &last_.bytes_sent);
-  Advance(bytes_received_, s.bytes_received, &last_.bytes_received);
-  Advance(flows_sent_, s.flows_sent, &last_.flows_sent);
-  Advance(flows_received_, s.flows_received, &last_.flows_received);
-  Advance(retransmissions_, s.retransmissions, &last_.retransmissions);
-  Advance(impairment_dropped_, s.impairment_dropped, &last_.impairment_dropped);
+  AdvanceCounter(datagrams_sent_, s.datagrams_sent, &last_.datagrams_sent);
+  AdvanceCounter(datagrams_received_, s.datagrams_received, &last_.datagrams_received);
+  AdvanceCounter(bytes_sent_, s.bytes_sent, &last_.bytes_sent);
+  AdvanceCounter(bytes_received_, s.bytes_received, &last_.bytes_received);
+  AdvanceCounter(flows_sent_, s.flows_sent, &last_.flows_sent);
+  AdvanceCounter(flows_received_, s.flows_received, &last_.flows_received);
+  AdvanceCounter(retransmissions_, s.retransmissions, &last_.retransmissions);
+  AdvanceCounter(impairment_dropped_, s.impairment_dropped, &last_.impairment_dropped);
   for (size_t i = 1; i < size_t(transport::DropReason::kCount); ++i) {
-    Advance(drops_[i - 1], s.drops[i], &last_.drops[i]);
+    AdvanceCounter(drops_[i - 1], s.drops[i], &last_.drops[i]);
   }
   for (const transport::PeerEstimate& e : s.peers) {
     const std::string peer = e.peer.ToString();

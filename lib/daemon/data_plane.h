@@ -32,6 +32,15 @@ absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
     const DataPlaneConfig& config, const std::string& advertise_host, transport::Receiver* receiver,
     std::string* data_address);
 
+// Advances a Prometheus counter to a cumulative value kept elsewhere:
+// increments by now - *last (nothing when the source went backwards, e.g. a
+// new job) and remembers now. For uint64_t or double totals.
+template <typename T>
+void AdvanceCounter(prometheus::Counter* c, T now, T* last) {
+  if (now > *last) c->Increment(static_cast<double>(now - *last));
+  *last = now;
+}
+
 // A data-plane Endpoint's counters as Prometheus metrics (<prefix>_data_*;
 // docs/metrics.md). Update() is called periodically with a fresh
 // EndpointStats and advances each counter by what changed since the last
@@ -43,8 +52,6 @@ class TransportMetrics {
   void Update(const transport::EndpointStats& stats);
 
  private:
-  void Advance(prometheus::Counter* c, uint64_t now, uint64_t* last);
-
   prometheus::Counter *datagrams_sent_, *datagrams_received_, *bytes_sent_, *bytes_received_,
       *retransmissions_, *flows_sent_, *flows_received_, *impairment_dropped_;
   std::vector<prometheus::Counter*> drops_;  // by DropReason
