@@ -17,6 +17,10 @@ void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* c) {
               transport::kHeaderBytes + 4, 9000);
   schema->Int("data_socket_buffer_bytes", &c->data_socket_buffer_bytes,
               "UDP socket send and receive buffer size.", 64 << 10, 1 << 30);
+  schema->Bool("data_gso", &c->data_gso,
+               "Send runs of equal-sized datagrams with UDP GSO (off where a shaper or filter on "
+               "this host must see each datagram before the device segments it).");
+  schema->Bool("data_gro", &c->data_gro, "Receive coalesced runs of datagrams with UDP GRO.");
 }
 
 absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
@@ -28,6 +32,8 @@ absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
   ec.packet_bytes = static_cast<uint32_t>(c.data_packet_bytes);
   ec.congestion.packet_bytes = ec.packet_bytes;
   ec.socket_buffer_bytes = static_cast<size_t>(c.data_socket_buffer_bytes);
+  ec.gso = c.data_gso;
+  ec.gro = c.data_gro;
   HostPort advertised = bind;
   if (bind.IsWildcard()) {
     // Peers need a numeric IPv4 address: resolve advertise_host, or this

@@ -21,6 +21,8 @@ struct DataPlaneConfig {
   std::string data_listen = "127.0.0.1:0";
   int64_t data_packet_bytes = 1400;
   int64_t data_socket_buffer_bytes = 8 << 20;
+  bool data_gso = true;  // UDP_SEGMENT on send (udp_socket.h)
+  bool data_gro = true;  // UDP_GRO on receive
 };
 
 void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* config);

@@ -190,6 +190,7 @@ struct Endpoint::Impl {
   absl::flat_hash_set<RecvKey> closed;
   std::deque<RecvKey> closed_order;
   std::vector<Pending> pending;
+  std::vector<OutDatagram> flush_out;  // Flush's scratch, kept to reuse its capacity
   struct AckBatch {
     Header about;
     std::vector<uint32_t> seqs;
@@ -251,8 +252,13 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(const EndpointConfig&
     return absl::InvalidArgumentError("data plane: impairment loss outside [0, 1]");
   }
   auto e = std::unique_ptr<Endpoint>(new Endpoint(config, receiver));
-  auto sock = UdpSocket::Create(config.bind, config.socket_buffer_bytes, config.batch_max,
-                                kDatagramBytesMax);
+  UdpSocketOptions so;
+  so.buffer_bytes = config.socket_buffer_bytes;
+  so.batch_max = config.batch_max;
+  so.datagram_bytes_max = kDatagramBytesMax;
+  so.gso = config.gso;
+  so.gro = config.gro;
+  auto sock = UdpSocket::Create(config.bind, so);
   if (!sock.ok()) return sock.status();
   e->impl_->socket = std::move(*sock);
   e->local_ = e->impl_->socket->local();
@@ -727,8 +733,8 @@ uint64_t Endpoint::Impl::NextSendTime(uint64_t now) {
 
 void Endpoint::Impl::Flush(uint64_t now) {
   const ImpairmentConfig& imp = config.impairment;
-  std::vector<OutDatagram> out;
-  out.reserve(pending.size());
+  std::vector<OutDatagram>& out = flush_out;
+  out.clear();
   for (const Pending& p : pending) {
     if (imp.active()) {
       if (imp.loss > 0 && unit(rng) < imp.loss) {
