@@ -100,6 +100,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int dev
 
 std::unique_ptr<Backend> NewCpuBackend();
 
+// Loads cuBLAS with dlopen and resolves every entry point the CUDA backend
+// uses, without touching a GPU (the CUDA backend does this on creation).
+// OK, or why it cannot be loaded.
+absl::Status LoadCublasLibrary();
+
 // Threads OpenBLAS may use (process-wide; 0 = one per core). Several
 // trainers sharing a host should split the cores rather than oversubscribe.
 void SetCpuThreads(int threads);

@@ -201,6 +201,8 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
+absl::Status LoadCublasLibrary() { return LoadCublas().status(); }
+
 absl::StatusOr<BackendKind> ParseBackendKind(const std::string& s) {
   if (s == "auto") return BackendKind::kAuto;
   if (s == "cpu") return BackendKind::kCpu;
