@@ -35,8 +35,10 @@ struct NodeCapability {
 };
 
 // Indicator = per_core * cores + per_memory_gib * memory + per_gpu * gpus.
-// The paper aggregates "CPUs, cores and memory" without giving weights; a
-// GPU trains an MLP roughly as fast as 8 cores here (docs/training.md).
+// The paper aggregates "CPUs, cores and memory" without giving weights.
+// These defaults are starting guesses, not measurements: the initial split
+// only has to be roughly right, since partial adjustment then follows the
+// speeds actually measured.
 struct CapabilityWeights {
   double per_core = 1.0;
   double per_memory_gib = 0.05;
