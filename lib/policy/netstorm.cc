@@ -1,0 +1,402 @@
+#include "lib/policy/netstorm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <queue>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "lib/policy/wlbs.h"
+
+namespace hetps {
+namespace policy {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Search key: with by_hops, fewest hops first and delay to break ties; else
+// delay only (hops kept at 0).
+struct Key {
+  int hops = 0;
+  double delay = 0;
+  bool operator<(const Key& o) const { return hops != o.hops ? hops < o.hops : delay < o.delay; }
+  bool operator>(const Key& o) const { return o < *this; }
+};
+
+struct Search {
+  std::vector<Key> dist;
+  std::vector<int> via;  // link by which a node was reached; -1 for the source
+  std::vector<char> done;
+};
+
+// Dijkstra from `source` over links not marked in `removed` (may be null).
+// Stops once `target` (if >= 0) is settled. Symmetric delays make the tree
+// it finds both "from the source" and "to the source".
+void RunSearch(const Overlay& g, int source, double bytes, bool by_hops,
+               const std::vector<char>* removed, int target, Search* s) {
+  const int n = g.nodes();
+  s->dist.assign(n, Key{std::numeric_limits<int>::max(), kInf});
+  s->via.assign(n, -1);
+  s->done.assign(n, 0);
+  using Item = std::pair<Key, int>;
+  auto greater = [](const Item& x, const Item& y) {
+    return x.first > y.first || (!(y.first > x.first) && x.second > y.second);
+  };
+  std::priority_queue<Item, std::vector<Item>, decltype(greater)> heap(greater);
+  s->dist[source] = Key{0, 0};
+  heap.push({s->dist[source], source});
+  while (!heap.empty()) {
+    const auto [key, v] = heap.top();
+    heap.pop();
+    if (s->done[v]) continue;
+    s->done[v] = 1;
+    if (v == target) return;
+    for (int link : g.incident(v)) {
+      if (removed != nullptr && (*removed)[link]) continue;
+      const int w = g.Other(link, v);
+      if (s->done[w]) continue;
+      const Key next{by_hops ? key.hops + 1 : 0, key.delay + g.LinkDelay(link, bytes)};
+      if (next < s->dist[w] || (!(s->dist[w] < next) && s->via[w] > link && s->via[w] >= 0)) {
+        s->dist[w] = next;
+        s->via[w] = link;
+        heap.push({next, w});
+      }
+    }
+  }
+}
+
+// The route from v back to the search's source.
+Route RouteToSource(const Overlay& g, const Search& s, int v) {
+  Route r{v};
+  while (s.via[v] >= 0) {
+    v = g.Other(s.via[v], v);
+    r.push_back(v);
+  }
+  return r;
+}
+
+absl::Status CheckRoot(const Overlay& g, int root) {
+  if (root < 0 || root >= g.nodes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("root ", root, " is not a node (", g.nodes(), " nodes)"));
+  }
+  return absl::OkStatus();
+}
+
+// A tree whose every node routes straight back to the root along the search.
+AggregationTree ShortestPathTree(const Overlay& g, const Search& s, int root, bool full_routes) {
+  const int n = g.nodes();
+  AggregationTree t;
+  t.root = root;
+  t.parent.assign(n, -1);
+  t.route.assign(n, Route{});
+  for (int v = 0; v < n; ++v) {
+    if (v == root || s.via[v] < 0) continue;
+    if (full_routes) {
+      t.route[v] = RouteToSource(g, s, v);
+      t.parent[v] = root;
+    } else {
+      t.parent[v] = g.Other(s.via[v], v);
+      t.route[v] = Route{v, t.parent[v]};
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<Overlay> Overlay::Create(int nodes, std::vector<OverlayLink> links) {
+  if (nodes < 1) return absl::InvalidArgumentError(absl::StrCat("overlay: ", nodes, " nodes"));
+  Overlay g;
+  g.nodes_ = nodes;
+  g.start_.assign(nodes + 1, 0);
+  absl::flat_hash_map<std::pair<int, int>, int> seen;
+  for (size_t i = 0; i < links.size(); ++i) {
+    const OverlayLink& l = links[i];
+    if (l.a < 0 || l.a >= nodes || l.b < 0 || l.b >= nodes || l.a == l.b) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("overlay: link ", i, " joins ", l.a, " and ", l.b, " (", nodes, " nodes)"));
+    }
+    if (!std::isfinite(l.throughput_Bps) || l.throughput_Bps <= 0 || !std::isfinite(l.latency_s) ||
+        l.latency_s < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("overlay: link ", i, " has throughput ",
+                                                     l.throughput_Bps, " B/s and latency ",
+                                                     l.latency_s, " s"));
+    }
+    const auto [it, fresh] =
+        seen.try_emplace(std::pair{std::min(l.a, l.b), std::max(l.a, l.b)}, static_cast<int>(i));
+    if (!fresh) {
+      return absl::InvalidArgumentError(absl::StrCat("overlay: links ", it->second, " and ", i,
+                                                     " both join ", l.a, " and ", l.b,
+                                                     " (merge parallel links into one)"));
+    }
+    ++g.start_[l.a + 1];
+    ++g.start_[l.b + 1];
+  }
+  for (int v = 0; v < nodes; ++v) g.start_[v + 1] += g.start_[v];
+  g.incident_.assign(2 * links.size(), 0);
+  std::vector<int> fill(g.start_.begin(), g.start_.end() - 1);
+  for (size_t i = 0; i < links.size(); ++i) {
+    g.incident_[fill[links[i].a]++] = static_cast<int>(i);
+    g.incident_[fill[links[i].b]++] = static_cast<int>(i);
+  }
+  g.links_ = std::move(links);
+  return g;
+}
+
+int Overlay::LinkBetween(int a, int b) const {
+  if (a < 0 || a >= nodes_) return -1;
+  for (int link : incident(a)) {
+    if (Other(link, a) == b) return link;
+  }
+  return -1;
+}
+
+double RouteDelay(const Overlay& g, const Route& r, double bytes) {
+  double d = 0;
+  for (size_t i = 0; i + 1 < r.size(); ++i) {
+    const int link = g.LinkBetween(r[i], r[i + 1]);
+    if (link < 0) return kInf;
+    d += g.LinkDelay(link, bytes);
+  }
+  return d;
+}
+
+double TreeSyncDelay(const Overlay& g, const AggregationTree& t, double bytes) {
+  const int n = g.nodes();
+  // dist[v]: delay from v to the root; resolved by walking up parent
+  // pointers, memoised, so O(N + total route length) overall.
+  std::vector<double> dist(n, -1);
+  if (t.root < 0 || t.root >= n) return kInf;
+  dist[t.root] = 0;
+  double worst = 0;
+  std::vector<int> stack;
+  for (int v = 0; v < n; ++v) {
+    if (t.parent[v] < 0) continue;
+    int u = v;
+    while (dist[u] < 0) {
+      if (t.parent[u] < 0 || static_cast<int>(stack.size()) > n) return kInf;  // broken or cycle
+      stack.push_back(u);
+      u = t.parent[u];
+    }
+    while (!stack.empty()) {
+      const int w = stack.back();
+      stack.pop_back();
+      const Route& r = t.route[w];
+      if (r.size() < 2 || r.front() != w || r.back() != t.parent[w]) return kInf;
+      dist[w] = RouteDelay(g, r, bytes) + dist[t.parent[w]];
+    }
+    worst = std::max(worst, dist[v]);
+  }
+  return worst;
+}
+
+int TreeSize(const AggregationTree& t) {
+  int size = 0;
+  for (size_t v = 0; v < t.parent.size(); ++v) {
+    size += static_cast<int>(v) == t.root || t.parent[v] >= 0;
+  }
+  return size;
+}
+
+absl::StatusOr<AggregationTree> FaptTree(const Overlay& g, int root, double bytes) {
+  if (auto st = CheckRoot(g, root); !st.ok()) return st;
+  Search s;
+  RunSearch(g, root, bytes, /*by_hops=*/false, nullptr, -1, &s);
+  return ShortestPathTree(g, s, root, /*full_routes=*/false);
+}
+
+std::vector<double> AllFaptDelays(const Overlay& g, double bytes) {
+  std::vector<double> out(g.nodes());
+  Search s;
+  for (int r = 0; r < g.nodes(); ++r) {
+    RunSearch(g, r, bytes, false, nullptr, -1, &s);
+    // The shortest-path tree's delay is the largest shortest distance; an
+    // unreachable node does not count (the tree spans what it can reach).
+    double worst = 0;
+    for (const Key& k : s.dist) {
+      if (std::isfinite(k.delay)) worst = std::max(worst, k.delay);
+    }
+    out[r] = worst;
+  }
+  return out;
+}
+
+double QualityScore(double delay_s) {
+  if (!std::isfinite(delay_s)) return 0;
+  return delay_s > 0 ? 1.0 / delay_s : std::numeric_limits<double>::max();
+}
+
+std::vector<int> TopKRoots(const std::vector<double>& scores, int k) {
+  std::vector<int> ids(scores.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int>(i);
+  k = std::clamp(k, 0, static_cast<int>(ids.size()));
+  auto better = [&](int a, int b) {
+    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+  };
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), better);
+  ids.resize(k);
+  return ids;
+}
+
+absl::StatusOr<MultiRootFapt> DecideMultiRootFapt(const Overlay& g, double model_bytes,
+                                                  int64_t chunk_count, int k,
+                                                  const std::vector<int>& roots) {
+  if (!(model_bytes > 0) || !std::isfinite(model_bytes) || chunk_count < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("multi-root FAPT: model of ", model_bytes,
+                                                   " bytes in ", chunk_count, " chunks"));
+  }
+  MultiRootFapt out;
+  if (roots.empty()) {
+    if (k < 1 || k > g.nodes()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("multi-root FAPT: ", k, " roots among ", g.nodes(), " nodes"));
+    }
+    const std::vector<double> delays = AllFaptDelays(g, model_bytes);
+    std::vector<double> scores(delays.size());
+    for (size_t i = 0; i < delays.size(); ++i) scores[i] = QualityScore(delays[i]);
+    out.roots = TopKRoots(scores, k);
+  } else {
+    for (int r : roots) {
+      if (auto st = CheckRoot(g, r); !st.ok()) return st;
+    }
+    out.roots = roots;
+  }
+  for (int r : out.roots) {
+    auto t = FaptTree(g, r, model_bytes);
+    if (!t.ok()) return t.status();
+    out.delay_s.push_back(TreeSyncDelay(g, *t, model_bytes));
+    out.score.push_back(QualityScore(out.delay_s.back()));
+    out.trees.push_back(std::move(*t));
+  }
+  const int64_t nroots = static_cast<int64_t>(out.roots.size());
+  std::vector<double> weights = out.score;
+  bool any = false;
+  for (double w : weights) any = any || w > 0;
+  if (!any) std::fill(weights.begin(), weights.end(), 1.0);
+  auto split = SplitProportional(chunk_count, weights, chunk_count >= nroots ? 1 : 0);
+  if (!split.ok()) return split.status();
+  out.chunks = std::move(*split);
+  for (int64_t i = 0; i < nroots; ++i) {
+    const double share = model_bytes * static_cast<double>(out.chunks[i]) / chunk_count;
+    if (out.chunks[i] > 0) {
+      out.cost_s = std::max(out.cost_s, TreeSyncDelay(g, out.trees[i], share));
+    }
+  }
+  return out;
+}
+
+std::vector<Route> AuxiliaryPaths(const Overlay& g, int src, int dst, const Route& primary,
+                                  double bytes, int max_paths) {
+  std::vector<Route> out;
+  if (src < 0 || dst < 0 || src >= g.nodes() || dst >= g.nodes() || src == dst) return out;
+  std::vector<char> removed(g.links().size(), 0);
+  auto remove_route = [&](const Route& r) {
+    for (size_t i = 0; i + 1 < r.size(); ++i) {
+      const int link = g.LinkBetween(r[i], r[i + 1]);
+      if (link >= 0) removed[link] = 1;
+    }
+  };
+  remove_route(primary);
+  Search s;
+  for (int p = 0; p < max_paths; ++p) {
+    // Search from dst so the route reads src ... dst when walked back.
+    RunSearch(g, dst, bytes, false, &removed, src, &s);
+    if (s.via[src] < 0) break;
+    Route r = RouteToSource(g, s, src);
+    remove_route(r);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<std::vector<Route>> TreeAuxiliaryPaths(const Overlay& g, const AggregationTree& t,
+                                                   double bytes, int max_paths) {
+  std::vector<std::vector<Route>> out(g.nodes());
+  for (int v = 0; v < g.nodes(); ++v) {
+    if (t.parent[v] < 0) continue;
+    out[v] = AuxiliaryPaths(g, v, t.parent[v], t.route[v], bytes, max_paths);
+  }
+  return out;
+}
+
+int ChooseSendPath(int primary_occupied, absl::Span<const int> auxiliary_occupied,
+                   int primary_busy_bound, int auxiliary_queue_length) {
+  if (primary_occupied < primary_busy_bound) return 0;
+  for (size_t i = 0; i < auxiliary_occupied.size(); ++i) {
+    if (auxiliary_occupied[i] < auxiliary_queue_length) return static_cast<int>(i) + 1;
+  }
+  return 0;
+}
+
+absl::StatusOr<AggregationTree> StarTree(const Overlay& g, int root, double bytes) {
+  if (auto st = CheckRoot(g, root); !st.ok()) return st;
+  Search s;
+  RunSearch(g, root, bytes, /*by_hops=*/true, nullptr, -1, &s);
+  return ShortestPathTree(g, s, root, /*full_routes=*/true);
+}
+
+absl::StatusOr<AggregationTree> BalancedTree(const Overlay& g, int root, int k, double bytes) {
+  if (auto st = CheckRoot(g, root); !st.ok()) return st;
+  if (k < 1) return absl::InvalidArgumentError(absl::StrCat("balanced tree: arity ", k));
+  const int n = g.nodes();
+  // Only nodes the root can reach take part; the others stay detached.
+  Search s;
+  RunSearch(g, root, bytes, true, nullptr, -1, &s);
+  std::vector<int> order{root};
+  for (int v = 0; v < n; ++v) {
+    if (v != root && s.via[v] >= 0) order.push_back(v);
+  }
+  AggregationTree t;
+  t.root = root;
+  t.parent.assign(n, -1);
+  t.route.assign(n, Route{});
+  // Group children by parent so each parent needs one search.
+  for (size_t pi = 0; pi < order.size(); ++pi) {
+    const size_t first = pi * k + 1;
+    if (first >= order.size()) break;
+    const int p = order[pi];
+    RunSearch(g, p, bytes, true, nullptr, -1, &s);
+    for (size_t c = first; c < std::min(order.size(), first + k); ++c) {
+      t.parent[order[c]] = p;
+      t.route[order[c]] = RouteToSource(g, s, order[c]);
+    }
+  }
+  return t;
+}
+
+absl::StatusOr<AggregationTree> MaxThroughputTree(const Overlay& g, int root) {
+  if (auto st = CheckRoot(g, root); !st.ok()) return st;
+  const int n = g.nodes();
+  AggregationTree t;
+  t.root = root;
+  t.parent.assign(n, -1);
+  t.route.assign(n, Route{});
+  std::vector<char> in(n, 0);
+  using Item = std::pair<double, int>;  // (throughput, link)
+  std::priority_queue<Item> heap;
+  auto add = [&](int v) {
+    in[v] = 1;
+    for (int link : g.incident(v)) {
+      if (!in[g.Other(link, v)]) heap.push({g.links()[link].throughput_Bps, -link});
+    }
+  };
+  add(root);
+  while (!heap.empty()) {
+    const int link = -heap.top().second;
+    heap.pop();
+    const OverlayLink& l = g.links()[link];
+    const int from = in[l.a] ? l.a : l.b;
+    const int to = g.Other(link, from);
+    if (in[to]) continue;
+    t.parent[to] = from;
+    t.route[to] = Route{to, from};
+    add(to);
+  }
+  return t;
+}
+
+}  // namespace policy
+}  // namespace hetps
