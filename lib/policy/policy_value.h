@@ -29,8 +29,8 @@ struct PolicyValue {
 };
 
 struct PolicyDiff {
-  int64_t chunks_moved = 0;  // chunks whose server changed (or added/removed)
-  int64_t chunks = 0;        // max of the two chunk counts
+  int64_t chunks_moved = 0;        // chunks whose server changed (or added/removed)
+  int64_t chunks = 0;              // max of the two chunk counts
   int64_t tree_edges_changed = 0;  // (root, child) whose route changed
   int64_t tree_edges = 0;          // edges of the larger of the two per root
   int64_t auxiliary_changed = 0;   // (root, child) whose auxiliary routes changed
