@@ -288,6 +288,77 @@ absl::StatusOr<MultiRootFapt> DecideMultiRootFapt(const Overlay& g, double model
   return out;
 }
 
+absl::StatusOr<MultiRootFapt> DecideSharedLinkMultiRoot(const Overlay& g, double model_bytes,
+                                                        int64_t chunk_count, int k,
+                                                        const std::vector<int>& roots) {
+  // Roots and scores as the paper's; the trees and shares are ours.
+  auto base = DecideMultiRootFapt(g, model_bytes, chunk_count, k, roots);
+  if (!base.ok()) return base;
+  MultiRootFapt out = std::move(*base);
+  const size_t nroots = out.roots.size();
+  const size_t nlinks = g.links().size();
+  const double share0 = model_bytes / static_cast<double>(nroots);
+  // Load-aware trees: a copy of the overlay whose delays grow with the load.
+  std::vector<double> load(nlinks, 0);
+  std::vector<std::vector<int>> tree_links(nroots);
+  for (size_t i = 0; i < nroots; ++i) {
+    std::vector<OverlayLink> links = g.links();
+    for (size_t e = 0; e < nlinks; ++e) {
+      // Delay for `share0` bytes when the link also carries `load`:
+      // (load + share0) / S = share0 / S' with S' = S share0 / (load + share0).
+      links[e].throughput_Bps *= share0 / (load[e] + share0);
+    }
+    auto loaded = Overlay::Create(g.nodes(), std::move(links));
+    if (!loaded.ok()) return loaded.status();
+    auto t = FaptTree(*loaded, out.roots[i], share0);
+    if (!t.ok()) return t.status();
+    for (int v = 0; v < g.nodes(); ++v) {
+      if (t->parent[v] < 0) continue;
+      const int e = g.LinkBetween(v, t->parent[v]);
+      load[e] += share0;
+      tree_links[i].push_back(e);
+    }
+    out.trees[i] = std::move(*t);
+    out.delay_s[i] = TreeSyncDelay(g, out.trees[i], model_bytes);
+  }
+  // Balance shares: a tree's pace is its busiest link's time, load / S.
+  std::vector<double> share(nroots, share0);
+  std::vector<double> pace(nroots, 0);
+  for (int iter = 0; iter < 30; ++iter) {
+    std::fill(load.begin(), load.end(), 0);
+    for (size_t i = 0; i < nroots; ++i) {
+      for (int e : tree_links[i]) load[e] += share[i];
+    }
+    double mean = 0;
+    for (size_t i = 0; i < nroots; ++i) {
+      pace[i] = 0;
+      for (int e : tree_links[i])
+        pace[i] = std::max(pace[i], load[e] / g.links()[e].throughput_Bps);
+      mean += pace[i] / static_cast<double>(nroots);
+    }
+    double sum = 0;
+    for (size_t i = 0; i < nroots; ++i) {
+      if (pace[i] > 0) share[i] *= std::sqrt(mean / pace[i]);
+      sum += share[i];
+    }
+    for (double& x : share) x *= model_bytes / sum;
+  }
+  auto split = SplitProportional(chunk_count, share, 0);
+  if (!split.ok()) return split.status();
+  out.chunks = std::move(*split);
+  out.cost_s = 0;
+  for (size_t i = 0; i < nroots; ++i) {
+    out.score[i] = QualityScore(out.delay_s[i]);
+    if (out.chunks[i] > 0) {
+      out.cost_s =
+          std::max(out.cost_s,
+                   TreeSyncDelay(g, out.trees[i],
+                                 model_bytes * static_cast<double>(out.chunks[i]) / chunk_count));
+    }
+  }
+  return out;
+}
+
 std::vector<Route> AuxiliaryPaths(const Overlay& g, int src, int dst, const Route& primary,
                                   double bytes, int max_paths) {
   std::vector<Route> out;
@@ -318,6 +389,34 @@ std::vector<std::vector<Route>> TreeAuxiliaryPaths(const Overlay& g, const Aggre
   for (int v = 0; v < g.nodes(); ++v) {
     if (t.parent[v] < 0) continue;
     out[v] = AuxiliaryPaths(g, v, t.parent[v], t.route[v], bytes, max_paths);
+  }
+  return out;
+}
+
+std::vector<std::vector<std::vector<Route>>> MultiTreeAuxiliaryPaths(
+    const Overlay& g, const std::vector<AggregationTree>& trees, double bytes, int max_paths) {
+  std::vector<std::vector<std::vector<Route>>> out(trees.size());
+  // (lo, hi) -> routes from lo to hi.
+  absl::flat_hash_map<std::pair<int, int>, std::vector<Route>> cache;
+  for (size_t i = 0; i < trees.size(); ++i) {
+    const AggregationTree& t = trees[i];
+    out[i].assign(g.nodes(), {});
+    for (int v = 0; v < g.nodes(); ++v) {
+      const int p = t.parent[v];
+      if (p < 0) continue;
+      const int lo = std::min(v, p), hi = std::max(v, p);
+      auto it = cache.find({lo, hi});
+      if (it == cache.end()) {
+        Route primary = t.route[v];
+        if (v != lo) std::reverse(primary.begin(), primary.end());
+        it = cache.emplace(std::pair{lo, hi}, AuxiliaryPaths(g, lo, hi, primary, bytes, max_paths))
+                 .first;
+      }
+      out[i][v] = it->second;
+      if (v != lo) {
+        for (Route& r : out[i][v]) std::reverse(r.begin(), r.end());
+      }
+    }
   }
   return out;
 }

@@ -130,6 +130,19 @@ absl::StatusOr<MultiRootFapt> DecideMultiRootFapt(const Overlay& g, double model
                                                   int64_t chunk_count, int k,
                                                   const std::vector<int>& roots);
 
+// Our multi-root variant for links the trees share (docs/policy.md): the
+// paper treats the k trees as independent, but trees that pick the same fast
+// links split them, so the busiest link sets the pace. Trees are built one
+// after another (roots in the given order) by Dijkstra on link delays that
+// count the bytes earlier trees already put on each link (latency + (load +
+// share) / throughput); then the roots' shares are balanced (a few
+// multiplicative steps) so that no tree's busiest link is far slower than
+// another's. Roots as DecideMultiRootFapt (chosen by score once, then kept).
+// O(k E log N + iterations k N).
+absl::StatusOr<MultiRootFapt> DecideSharedLinkMultiRoot(const Overlay& g, double model_bytes,
+                                                        int64_t chunk_count, int k,
+                                                        const std::vector<int>& roots);
+
 // Algorithm 3, per pair: up to max_paths routes from src to dst, each the
 // shortest (delay for `bytes`) on the overlay minus the links of `primary`
 // and of the routes found before it; shortest first. Every route is
@@ -143,6 +156,13 @@ std::vector<Route> AuxiliaryPaths(const Overlay& g, int src, int dst, const Rout
 // child; empty for the root). O(N max_paths E log N) worst case.
 std::vector<std::vector<Route>> TreeAuxiliaryPaths(const Overlay& g, const AggregationTree& t,
                                                    double bytes, int max_paths);
+
+// The same for several trees (a multi-root FAPT): each unordered node pair
+// is searched once and reused, reversed where the trees use it the other
+// way (delays are symmetric). Indexed [tree][child]. O(P max_paths E log N)
+// for P distinct pairs (at most E: tree edges are overlay links).
+std::vector<std::vector<std::vector<Route>>> MultiTreeAuxiliaryPaths(
+    const Overlay& g, const std::vector<AggregationTree>& trees, double bytes, int max_paths);
 
 // Section VI-A, the sender's choice for a new chunk: the primary path while
 // fewer than primary_busy_bound chunks occupy its queue; else the first

@@ -250,6 +250,32 @@ TEST_CASE("auxiliary paths are valid routes, link-disjoint from the primary and 
   CHECK(found > 100);
 }
 
+TEST_CASE("auxiliary paths of several trees reuse each pair's search", "[netstorm]") {
+  std::mt19937_64 rng(8);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 25);
+    auto g = Overlay::Create(n, RandomLinks(rng, n, 2 * n, false));
+    REQUIRE(g.ok());
+    std::vector<AggregationTree> trees;
+    for (int r = 0; r < n; r += 2) trees.push_back(*FaptTree(*g, r, 1e6));
+    const auto all = MultiTreeAuxiliaryPaths(*g, trees, 1e6, 2);
+    REQUIRE(all.size() == trees.size());
+    for (size_t i = 0; i < trees.size(); ++i) {
+      const auto one = TreeAuxiliaryPaths(*g, trees[i], 1e6, 2);
+      for (int v = 0; v < n; ++v) {
+        CAPTURE(trial, i, v);
+        REQUIRE(all[i][v].size() == one[v].size());
+        for (size_t j = 0; j < one[v].size(); ++j) {
+          // Same endpoints and the same delay (ties may pick another route).
+          CHECK(all[i][v][j].front() == v);
+          CHECK(all[i][v][j].back() == trees[i].parent[v]);
+          CHECK(RouteDelay(*g, all[i][v][j], 1e6) == Approx(RouteDelay(*g, one[v][j], 1e6)));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("auxiliary paths on a ring and a complete graph", "[netstorm]") {
   // Ring of 6: between neighbours, the primary is the link, the one
   // auxiliary path goes the other way round.
