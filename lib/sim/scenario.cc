@@ -12,6 +12,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "lib/base/splitmix.h"
+#include "lib/base/status_macros.h"
 #include "lib/policy/adlb.h"
 #include "lib/policy/netstorm.h"
 #include "lib/policy/policy_value.h"
@@ -43,12 +45,7 @@ bool In(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
-uint64_t SplitMix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+uint64_t SplitMix(uint64_t x) { return Mix64(x + SplitMix64::kGamma); }
 // Uniform in [0, 1) from (seed, a, b): the same for every policy.
 double Uniform(uint64_t seed, uint64_t a, uint64_t b) {
   const uint64_t h = SplitMix(seed ^ SplitMix(a * 0x100000001b3ULL ^ SplitMix(b + 7)));
@@ -71,12 +68,6 @@ absl::Status Get(const YAML::Node& n, const std::string& key, T* out, bool requi
   return absl::OkStatus();
 }
 
-#define SIM_RETURN_IF_ERROR(expr) \
-  do {                            \
-    absl::Status _st = (expr);    \
-    if (!_st.ok()) return _st;    \
-  } while (0)
-
 }  // namespace
 
 std::vector<std::string> KnownPolicies() {
@@ -95,23 +86,23 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& yaml_text) {
   }
   if (!root.IsMap()) return absl::InvalidArgumentError("scenario: expected a mapping");
   Scenario s;
-  SIM_RETURN_IF_ERROR(Get(root, "name", &s.name, true));
-  SIM_RETURN_IF_ERROR(Get(root, "description", &s.description, false));
-  SIM_RETURN_IF_ERROR(Get(root, "seed", &s.seed, false));
-  SIM_RETURN_IF_ERROR(Get(root, "horizon_s", &s.horizon_s, true));
-  SIM_RETURN_IF_ERROR(Get(root, "max_rounds", &s.max_rounds, false));
-  SIM_RETURN_IF_ERROR(Get(root, "model_bytes", &s.model_bytes, true));
-  SIM_RETURN_IF_ERROR(Get(root, "chunk_bytes", &s.chunk_bytes, false));
+  RETURN_IF_ERROR(Get(root, "name", &s.name, true));
+  RETURN_IF_ERROR(Get(root, "description", &s.description, false));
+  RETURN_IF_ERROR(Get(root, "seed", &s.seed, false));
+  RETURN_IF_ERROR(Get(root, "horizon_s", &s.horizon_s, true));
+  RETURN_IF_ERROR(Get(root, "max_rounds", &s.max_rounds, false));
+  RETURN_IF_ERROR(Get(root, "model_bytes", &s.model_bytes, true));
+  RETURN_IF_ERROR(Get(root, "chunk_bytes", &s.chunk_bytes, false));
   const YAML::Node compute = root["compute"];
   if (compute) {
-    SIM_RETURN_IF_ERROR(Get(compute, "sample_s", &s.sample_s, false));
-    SIM_RETURN_IF_ERROR(Get(compute, "batch", &s.batch, false));
-    SIM_RETURN_IF_ERROR(Get(compute, "speeds", &s.speeds, false));
+    RETURN_IF_ERROR(Get(compute, "sample_s", &s.sample_s, false));
+    RETURN_IF_ERROR(Get(compute, "batch", &s.batch, false));
+    RETURN_IF_ERROR(Get(compute, "speeds", &s.speeds, false));
   }
   const YAML::Node net = root["network"];
   if (!net || !net.IsMap()) return absl::InvalidArgumentError("scenario: missing network");
   std::string kind;
-  SIM_RETURN_IF_ERROR(Get(net, "kind", &kind, true));
+  RETURN_IF_ERROR(Get(net, "kind", &kind, true));
   if (kind == "overlay") {
     s.kind = Scenario::Kind::kOverlay;
   } else if (kind == "access") {
@@ -122,17 +113,17 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& yaml_text) {
     return absl::InvalidArgumentError(
         absl::StrCat("scenario: network.kind '", kind, "' (overlay, access or random)"));
   }
-  SIM_RETURN_IF_ERROR(Get(net, "nodes", &s.nodes, true));
-  SIM_RETURN_IF_ERROR(Get(net, "names", &s.names, false));
+  RETURN_IF_ERROR(Get(net, "nodes", &s.nodes, true));
+  RETURN_IF_ERROR(Get(net, "names", &s.names, false));
   std::vector<std::vector<int>> links;
-  SIM_RETURN_IF_ERROR(Get(net, "links", &links, s.kind == Scenario::Kind::kOverlay));
+  RETURN_IF_ERROR(Get(net, "links", &links, s.kind == Scenario::Kind::kOverlay));
   for (const auto& l : links) {
     if (l.size() != 2) return absl::InvalidArgumentError("scenario: network.links: pairs only");
     s.links.push_back({l[0], l[1]});
   }
-  SIM_RETURN_IF_ERROR(Get(net, "degree", &s.degree, false));
+  RETURN_IF_ERROR(Get(net, "degree", &s.degree, false));
   std::vector<double> rate;
-  SIM_RETURN_IF_ERROR(Get(net, "rate_mbit_s", &rate, true));
+  RETURN_IF_ERROR(Get(net, "rate_mbit_s", &rate, true));
   if (rate.size() != 2 || !(rate[0] > 0) || !(rate[1] >= rate[0]) || !std::isfinite(rate[1])) {
     return absl::InvalidArgumentError(
         "scenario: network.rate_mbit_s must be [min, max], 0 < min <= max");
@@ -140,24 +131,24 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& yaml_text) {
   s.rate_min_Bps = rate[0] * 1e6 / 8;
   s.rate_max_Bps = rate[1] * 1e6 / 8;
   double latency_ms = 0;
-  SIM_RETURN_IF_ERROR(Get(net, "latency_ms", &latency_ms, false));
+  RETURN_IF_ERROR(Get(net, "latency_ms", &latency_ms, false));
   s.latency_s = latency_ms / 1e3;
-  SIM_RETURN_IF_ERROR(Get(net, "change_every_s", &s.change_every_s, false));
+  RETURN_IF_ERROR(Get(net, "change_every_s", &s.change_every_s, false));
   const YAML::Node pol = root["policy"];
   if (!pol || !pol.IsMap()) return absl::InvalidArgumentError("scenario: missing policy");
-  SIM_RETURN_IF_ERROR(Get(pol, "run", &s.policies, true));
+  RETURN_IF_ERROR(Get(pol, "run", &s.policies, true));
   s.baseline = s.policies.empty() ? "" : s.policies.front();
-  SIM_RETURN_IF_ERROR(Get(pol, "baseline", &s.baseline, false));
-  SIM_RETURN_IF_ERROR(Get(pol, "roots", &s.roots, false));
-  SIM_RETURN_IF_ERROR(Get(pol, "bkt_arity", &s.bkt_arity, false));
-  SIM_RETURN_IF_ERROR(Get(pol, "primary_busy_bound", &s.primary_busy_bound, false));
-  SIM_RETURN_IF_ERROR(Get(pol, "auxiliary_queue_length", &s.auxiliary_queue_length, false));
-  SIM_RETURN_IF_ERROR(Get(pol, "auxiliary_paths", &s.auxiliary_paths, false));
-  SIM_RETURN_IF_ERROR(Get(pol, "late_binding", &s.late_binding, false));
-  SIM_RETURN_IF_ERROR(Get(pol, "update_s", &s.update_s, false));
-  SIM_RETURN_IF_ERROR(Get(pol, "update_rate", &s.update_rate, false));
-  SIM_RETURN_IF_ERROR(Get(pol, "wlbs_theta", &s.wlbs_theta, false));
-  SIM_RETURN_IF_ERROR(Get(pol, "adlb_threshold_s", &s.adlb_threshold_s, false));
+  RETURN_IF_ERROR(Get(pol, "baseline", &s.baseline, false));
+  RETURN_IF_ERROR(Get(pol, "roots", &s.roots, false));
+  RETURN_IF_ERROR(Get(pol, "bkt_arity", &s.bkt_arity, false));
+  RETURN_IF_ERROR(Get(pol, "primary_busy_bound", &s.primary_busy_bound, false));
+  RETURN_IF_ERROR(Get(pol, "auxiliary_queue_length", &s.auxiliary_queue_length, false));
+  RETURN_IF_ERROR(Get(pol, "auxiliary_paths", &s.auxiliary_paths, false));
+  RETURN_IF_ERROR(Get(pol, "late_binding", &s.late_binding, false));
+  RETURN_IF_ERROR(Get(pol, "update_s", &s.update_s, false));
+  RETURN_IF_ERROR(Get(pol, "update_rate", &s.update_rate, false));
+  RETURN_IF_ERROR(Get(pol, "wlbs_theta", &s.wlbs_theta, false));
+  RETURN_IF_ERROR(Get(pol, "adlb_threshold_s", &s.adlb_threshold_s, false));
 
   // Validation.
   auto bad = [](const std::string& what) {
