@@ -105,6 +105,53 @@ AggregationTree ShortestPathTree(const Overlay& g, const Search& s, int root, bo
   return t;
 }
 
+// Prim's minimum spanning tree of the root's component under `weight`
+// (per link; ties: lower link id), rooted at `root`, one-link routes. With
+// `fill` (per link, seconds) a link is taken only while the node it attaches
+// stays within `cap` of the root (sum of fill along its path); links that
+// would exceed it wait and are used, lightest first, only when nothing else
+// can grow the tree, so the tree always spans the component. O(E log E).
+AggregationTree MinWeightTree(const Overlay& g, int root, const std::vector<double>& weight,
+                              const std::vector<double>* fill = nullptr, double cap = kInf) {
+  const int n = g.nodes();
+  AggregationTree t;
+  t.root = root;
+  t.parent.assign(n, -1);
+  t.route.assign(n, Route{});
+  std::vector<char> in(n, 0);
+  std::vector<double> depth(n, 0);
+  using Item = std::pair<double, int>;  // (weight, link)
+  using Heap = std::priority_queue<Item, std::vector<Item>, std::greater<Item>>;
+  Heap heap, deferred;
+  auto add = [&](int v) {
+    in[v] = 1;
+    for (int link : g.incident(v)) {
+      if (!in[g.Other(link, v)]) heap.push({weight[link], link});
+    }
+  };
+  add(root);
+  while (!heap.empty() || !deferred.empty()) {
+    const bool over_cap = heap.empty();
+    Heap& from_heap = over_cap ? deferred : heap;
+    const int link = from_heap.top().second;
+    from_heap.pop();
+    const OverlayLink& l = g.links()[link];
+    const int from = in[l.a] ? l.a : l.b;
+    const int to = g.Other(link, from);
+    if (in[to]) continue;
+    const double d = fill != nullptr ? depth[from] + (*fill)[link] : 0;
+    if (!over_cap && d > cap) {
+      deferred.push({weight[link], link});
+      continue;
+    }
+    depth[to] = d;
+    t.parent[to] = from;
+    t.route[to] = Route{to, from};
+    add(to);
+  }
+  return t;
+}
+
 }  // namespace
 
 absl::StatusOr<Overlay> Overlay::Create(int nodes, std::vector<OverlayLink> links) {
@@ -359,11 +406,345 @@ absl::StatusOr<MultiRootFapt> DecideSharedLinkMultiRoot(const Overlay& g, double
   return out;
 }
 
+double PipelinedTreeDelay(const Overlay& g, const AggregationTree& t, double model_bytes,
+                          double chunk_bytes) {
+  const double chunk = std::min(chunk_bytes, model_bytes);
+  const double fill = TreeSyncDelay(g, t, chunk);
+  if (!std::isfinite(fill)) return fill;
+  double slowest = kInf;
+  for (size_t v = 0; v < t.route.size(); ++v) {
+    if (t.parent[v] < 0) continue;
+    const Route& r = t.route[v];
+    for (size_t i = 0; i + 1 < r.size(); ++i) {
+      slowest = std::min(slowest, g.links()[g.LinkBetween(r[i], r[i + 1])].throughput_Bps);
+    }
+  }
+  return std::isfinite(slowest) ? fill + (model_bytes - chunk) / slowest : fill;
+}
+
+absl::StatusOr<AggregationTree> PipelinedFaptTree(const Overlay& g, int root,
+                                                  double model_bytes, double chunk_bytes) {
+  if (auto st = CheckRoot(g, root); !st.ok()) return st;
+  if (!(model_bytes > 0) || !std::isfinite(model_bytes) || !(chunk_bytes > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("pipelined FAPT: model of ", model_bytes,
+                                                   " bytes in chunks of ", chunk_bytes));
+  }
+  const double chunk = std::min(chunk_bytes, model_bytes);
+  const double rest = model_bytes - chunk;
+  Search s;
+  RunSearch(g, root, chunk, false, nullptr, -1, &s);
+  int reach = 0;
+  double full_max = 0;
+  for (const Key& k : s.dist) {
+    if (!std::isfinite(k.delay)) continue;
+    ++reach;
+    full_max = std::max(full_max, k.delay);
+  }
+  if (rest <= 0 || reach <= 1) return ShortestPathTree(g, s, root, false);
+  // The fastest threshold that still spans: the slowest link of the
+  // maximum-throughput spanning tree of the root's component.
+  auto widest = MaxThroughputTree(g, root);
+  if (!widest.ok()) return widest.status();
+  double top = kInf;
+  for (int v = 0; v < g.nodes(); ++v) {
+    if (widest->parent[v] >= 0) {
+      top = std::min(top, g.links()[g.LinkBetween(v, widest->parent[v])].throughput_Bps);
+    }
+  }
+  std::vector<double> rates;
+  for (const OverlayLink& l : g.links()) {
+    if (l.throughput_Bps <= top) rates.push_back(l.throughput_Bps);
+  }
+  std::sort(rates.begin(), rates.end(), std::greater<double>());
+  rates.erase(std::unique(rates.begin(), rates.end()), rates.end());
+  std::vector<char> removed(g.links().size(), 0);
+  AggregationTree best;
+  double best_cost = kInf;
+  for (double b : rates) {
+    // Every later threshold is slower and no search beats the unrestricted one.
+    if (full_max + rest / b >= best_cost) break;
+    for (size_t e = 0; e < removed.size(); ++e) removed[e] = g.links()[e].throughput_Bps < b;
+    RunSearch(g, root, chunk, false, &removed, -1, &s);
+    int n = 0;
+    double far = 0, slowest = kInf;
+    for (int v = 0; v < g.nodes(); ++v) {
+      if (!std::isfinite(s.dist[v].delay)) continue;
+      ++n;
+      far = std::max(far, s.dist[v].delay);
+      if (s.via[v] >= 0) slowest = std::min(slowest, g.links()[s.via[v]].throughput_Bps);
+    }
+    if (n < reach) continue;
+    const double cost = far + rest / slowest;
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = ShortestPathTree(g, s, root, false);
+    }
+  }
+  return best;
+}
+
+namespace {
+
+// The shares of fixed trees that make the busiest link direction least busy:
+// min over share >= 0, sum share = total, of max_e load_e / c_e with
+// load_e = sum of the shares of the trees using e. Pairwise Frank-Wolfe on
+// the soft maximum (1 / beta) log sum_e exp(beta u_e / scale), beta raised
+// over the iterations; each step moves share from the tree with the largest
+// gradient to the one with the smallest, the amount by golden-section search.
+void SolveTreeShares(const std::vector<std::vector<int>>& tree_links,
+                     const std::vector<double>& capacity, double total, double scale,
+                     int iterations, std::vector<double>* share) {
+  const size_t k = tree_links.size();
+  const size_t nlinks = capacity.size();
+  std::vector<double> u(nlinks, 0), p(nlinks), grad(k);
+  auto refresh = [&] {
+    std::fill(u.begin(), u.end(), 0);
+    for (size_t i = 0; i < k; ++i) {
+      for (int e : tree_links[i]) u[e] += (*share)[i] / capacity[e];
+    }
+  };
+  refresh();
+  std::vector<int> in_a(nlinks, 0);
+  std::vector<int> changed;
+  for (int it = 0; it < iterations; ++it) {
+    const double beta = (8.0 + 56.0 * it / std::max(1, iterations - 1)) / scale;
+    const double umax = *std::max_element(u.begin(), u.end());
+    for (size_t e = 0; e < nlinks; ++e) p[e] = std::exp(beta * (u[e] - umax)) / capacity[e];
+    size_t a = k, b = k;
+    for (size_t i = 0; i < k; ++i) {
+      grad[i] = 0;
+      for (int e : tree_links[i]) grad[i] += p[e];
+      if ((*share)[i] > 0 && (a == k || grad[i] > grad[a])) a = i;
+      if (b == k || grad[i] < grad[b]) b = i;
+    }
+    if (a == k || a == b || grad[a] <= grad[b] * (1 + 1e-12)) continue;
+    // Links whose load changes: +delta on b's, -delta on a's (not both).
+    changed.clear();
+    for (int e : tree_links[a]) in_a[e] -= 1;
+    for (int e : tree_links[b]) in_a[e] += 1;
+    for (int e : tree_links[a]) {
+      if (in_a[e] != 0) changed.push_back(e);
+    }
+    for (int e : tree_links[b]) {
+      if (in_a[e] != 0) changed.push_back(e);
+    }
+    std::sort(changed.begin(), changed.end());
+    changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
+    double fixed = 0;  // the links whose load stays
+    for (size_t e = 0; e < nlinks; ++e) {
+      if (in_a[e] == 0) fixed += std::exp(beta * (u[e] - umax));
+    }
+    auto phi = [&](double delta) {
+      double sum = fixed;
+      for (int e : changed) sum += std::exp(beta * (u[e] + in_a[e] * delta / capacity[e] - umax));
+      return sum;
+    };
+    double lo = 0, hi = (*share)[a];
+    const double g = 0.5 * (std::sqrt(5.0) - 1);
+    double x1 = hi - g * (hi - lo), x2 = lo + g * (hi - lo);
+    double f1 = phi(x1), f2 = phi(x2);
+    for (int step = 0; step < 40; ++step) {
+      if (f1 <= f2) {
+        hi = x2;
+        x2 = x1;
+        f2 = f1;
+        x1 = hi - g * (hi - lo);
+        f1 = phi(x1);
+      } else {
+        lo = x1;
+        x1 = x2;
+        f1 = f2;
+        x2 = lo + g * (hi - lo);
+        f2 = phi(x2);
+      }
+    }
+    const double delta = 0.5 * (lo + hi);
+    for (int e : changed) {
+      u[e] += in_a[e] * delta / capacity[e];
+      in_a[e] = 0;
+    }
+    (*share)[a] -= delta;
+    (*share)[b] += delta;
+    if ((*share)[a] < total * 1e-12) (*share)[a] = 0;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// One packing of DecidePackedMultiRoot with tree depth capped at
+// depth_factor times each root's least possible (kInf: no cap).
+struct Packing {
+  std::vector<AggregationTree> trees;
+  std::vector<int64_t> chunks;
+  std::vector<double> link_busy_s;
+  double busy_s = 0;     // the busiest link direction
+  double fill_s = 0;     // the deepest used tree's chunk path, up and down
+  double estimate_s = 0; // busy_s + fill_s
+};
+
+Packing PackTrees(const Overlay& g, const std::vector<int>& roots, double model_bytes,
+                  double chunk_bytes, int64_t chunk_count, int passes, double depth_factor) {
+  Packing out;
+  const size_t nroots = roots.size();
+  const size_t nlinks = g.links().size();
+  std::vector<double> capacity(nlinks), fill(nlinks);
+  double capacity_sum = 0;
+  const double chunk = std::min(chunk_bytes, model_bytes);
+  for (size_t e = 0; e < nlinks; ++e) {
+    capacity[e] = g.links()[e].throughput_Bps;
+    capacity_sum += capacity[e];
+    fill[e] = g.LinkDelay(static_cast<int>(e), chunk);
+  }
+  // Each root's least possible depth: its shortest-path tree's.
+  std::vector<double> cap(nroots, kInf);
+  if (std::isfinite(depth_factor)) {
+    Search s;
+    for (size_t i = 0; i < nroots; ++i) {
+      RunSearch(g, roots[i], chunk, false, nullptr, -1, &s);
+      double far = 0;
+      for (const Key& k : s.dist) {
+        if (std::isfinite(k.delay)) far = std::max(far, k.delay);
+      }
+      cap[i] = far * depth_factor;
+    }
+  }
+  // Scale of a link's busy time: the ideal if every link were equally busy.
+  const double scale =
+      capacity_sum > 0 ? model_bytes * std::max(1, g.nodes() - 1) / capacity_sum : 1.0;
+  constexpr double kBeta = 10;
+  std::vector<double> share(nroots, model_bytes / static_cast<double>(nroots));
+  std::vector<double> load(nlinks, 0);  // bytes per direction
+  std::vector<std::vector<int>> tree_links(nroots);
+  out.trees.assign(nroots, AggregationTree{});
+  std::vector<double> key(nlinks);
+  auto rebuild = [&](size_t i) {
+    for (int e : tree_links[i]) load[e] -= share[i];
+    // Exact marginal cost of putting share[i] on link e under the potential
+    // sum exp(kBeta u / scale), as a log so nothing overflows; a minimum
+    // spanning tree under it minimises the potential's growth.
+    const double add = std::max(share[i], model_bytes * 1e-9);
+    for (size_t e = 0; e < nlinks; ++e) {
+      const double x = kBeta * load[e] / capacity[e] / scale;
+      const double d = kBeta * add / capacity[e] / scale;
+      key[e] = x + d + std::log(-std::expm1(-d));
+    }
+    out.trees[i] = MinWeightTree(g, roots[i], key, &fill, cap[i]);
+    tree_links[i].clear();
+    for (int v = 0; v < g.nodes(); ++v) {
+      if (out.trees[i].parent[v] >= 0) {
+        tree_links[i].push_back(g.LinkBetween(v, out.trees[i].parent[v]));
+      }
+    }
+    for (int e : tree_links[i]) load[e] += share[i];
+  };
+  for (size_t i = 0; i < nroots; ++i) rebuild(i);
+  for (int pass = 0; pass < passes; ++pass) {
+    SolveTreeShares(tree_links, capacity, model_bytes, scale, 200, &share);
+    std::fill(load.begin(), load.end(), 0);
+    for (size_t i = 0; i < nroots; ++i) {
+      for (int e : tree_links[i]) load[e] += share[i];
+    }
+    if (pass + 1 < passes) {
+      for (size_t i = 0; i < nroots; ++i) rebuild(i);
+    }
+  }
+  // Whole chunks: the floor of each share, then each remaining chunk to
+  // the tree whose busiest link stays least busy with it.
+  const double chunk_size = model_bytes / static_cast<double>(chunk_count);
+  out.chunks.assign(nroots, 0);
+  std::fill(load.begin(), load.end(), 0);
+  int64_t given = 0;
+  for (size_t i = 0; i < nroots; ++i) {
+    out.chunks[i] = std::min(chunk_count - given,
+                             static_cast<int64_t>(std::floor(share[i] / chunk_size + 1e-9)));
+    given += out.chunks[i];
+    for (int e : tree_links[i]) load[e] += out.chunks[i] * chunk_size;
+  }
+  for (int64_t c = given; c < chunk_count; ++c) {
+    size_t pick = 0;
+    double pick_busy = kInf;
+    for (size_t i = 0; i < nroots; ++i) {
+      double busy = tree_links[i].empty() ? kInf : 0;  // a lone root uses no link
+      for (int e : tree_links[i]) busy = std::max(busy, (load[e] + chunk_size) / capacity[e]);
+      if (busy < pick_busy) {
+        pick_busy = busy;
+        pick = i;
+      }
+    }
+    ++out.chunks[pick];
+    for (int e : tree_links[pick]) load[e] += chunk_size;
+  }
+  out.link_busy_s.assign(nlinks, 0);
+  for (size_t e = 0; e < nlinks; ++e) {
+    out.link_busy_s[e] = load[e] / capacity[e];
+    out.busy_s = std::max(out.busy_s, out.link_busy_s[e]);
+  }
+  for (size_t i = 0; i < nroots; ++i) {
+    if (out.chunks[i] > 0) out.fill_s = std::max(out.fill_s, 2 * TreeSyncDelay(g, out.trees[i], chunk));
+  }
+  out.estimate_s = out.busy_s + out.fill_s;
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<MultiRootFapt> DecidePackedMultiRoot(const Overlay& g, double model_bytes,
+                                                    double chunk_bytes, int64_t chunk_count,
+                                                    int k, const std::vector<int>& roots,
+                                                    int passes) {
+  if (!(model_bytes > 0) || !std::isfinite(model_bytes) || chunk_count < 1 ||
+      !(chunk_bytes > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("packed multi-root: model of ", model_bytes,
+                                                   " bytes in ", chunk_count, " chunks of ",
+                                                   chunk_bytes));
+  }
+  MultiRootFapt out;
+  if (roots.empty()) {
+    if (k < 1 || k > g.nodes()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("packed multi-root: ", k, " roots among ", g.nodes(), " nodes"));
+    }
+    std::vector<double> scores(g.nodes());
+    for (int v = 0; v < g.nodes(); ++v) {
+      auto t = PipelinedFaptTree(g, v, model_bytes, chunk_bytes);
+      if (!t.ok()) return t.status();
+      scores[v] = QualityScore(PipelinedTreeDelay(g, *t, model_bytes, chunk_bytes));
+    }
+    out.roots = TopKRoots(scores, k);
+  } else {
+    for (int r : roots) {
+      if (auto st = CheckRoot(g, r); !st.ok()) return st;
+    }
+    out.roots = roots;
+  }
+  // Deeper trees spread the load better but fill the chunk pipeline
+  // later: try a few depth caps, keep the best estimate.
+  Packing best;
+  best.estimate_s = kInf;
+  for (double factor : {1.0, 1.5, 2.0, 3.0, kInf}) {
+    Packing p = PackTrees(g, out.roots, model_bytes, chunk_bytes, chunk_count,
+                          std::max(1, passes), factor);
+    if (p.estimate_s < best.estimate_s) best = std::move(p);
+  }
+  out.trees = std::move(best.trees);
+  out.chunks = std::move(best.chunks);
+  out.link_busy_s = std::move(best.link_busy_s);
+  out.cost_s = best.estimate_s;
+  for (const AggregationTree& t : out.trees) {
+    out.delay_s.push_back(PipelinedTreeDelay(g, t, model_bytes, chunk_bytes));
+    out.score.push_back(QualityScore(out.delay_s.back()));
+  }
+  return out;
+}
+
 std::vector<Route> AuxiliaryPaths(const Overlay& g, int src, int dst, const Route& primary,
-                                  double bytes, int max_paths) {
+                                  double bytes, int max_paths, const std::vector<char>* excluded) {
   std::vector<Route> out;
   if (src < 0 || dst < 0 || src >= g.nodes() || dst >= g.nodes() || src == dst) return out;
   std::vector<char> removed(g.links().size(), 0);
+  if (excluded != nullptr && excluded->size() == removed.size()) removed = *excluded;
   auto remove_route = [&](const Route& r) {
     for (size_t i = 0; i + 1 < r.size(); ++i) {
       const int link = g.LinkBetween(r[i], r[i + 1]);
@@ -394,7 +775,8 @@ std::vector<std::vector<Route>> TreeAuxiliaryPaths(const Overlay& g, const Aggre
 }
 
 std::vector<std::vector<std::vector<Route>>> MultiTreeAuxiliaryPaths(
-    const Overlay& g, const std::vector<AggregationTree>& trees, double bytes, int max_paths) {
+    const Overlay& g, const std::vector<AggregationTree>& trees, double bytes, int max_paths,
+    const std::vector<char>* excluded) {
   std::vector<std::vector<std::vector<Route>>> out(trees.size());
   // (lo, hi) -> routes from lo to hi.
   absl::flat_hash_map<std::pair<int, int>, std::vector<Route>> cache;
@@ -409,7 +791,7 @@ std::vector<std::vector<std::vector<Route>>> MultiTreeAuxiliaryPaths(
       if (it == cache.end()) {
         Route primary = t.route[v];
         if (v != lo) std::reverse(primary.begin(), primary.end());
-        it = cache.emplace(std::pair{lo, hi}, AuxiliaryPaths(g, lo, hi, primary, bytes, max_paths))
+        it = cache.emplace(std::pair{lo, hi}, AuxiliaryPaths(g, lo, hi, primary, bytes, max_paths, excluded))
                  .first;
       }
       out[i][v] = it->second;
@@ -468,33 +850,9 @@ absl::StatusOr<AggregationTree> BalancedTree(const Overlay& g, int root, int k, 
 
 absl::StatusOr<AggregationTree> MaxThroughputTree(const Overlay& g, int root) {
   if (auto st = CheckRoot(g, root); !st.ok()) return st;
-  const int n = g.nodes();
-  AggregationTree t;
-  t.root = root;
-  t.parent.assign(n, -1);
-  t.route.assign(n, Route{});
-  std::vector<char> in(n, 0);
-  using Item = std::pair<double, int>;  // (throughput, link)
-  std::priority_queue<Item> heap;
-  auto add = [&](int v) {
-    in[v] = 1;
-    for (int link : g.incident(v)) {
-      if (!in[g.Other(link, v)]) heap.push({g.links()[link].throughput_Bps, -link});
-    }
-  };
-  add(root);
-  while (!heap.empty()) {
-    const int link = -heap.top().second;
-    heap.pop();
-    const OverlayLink& l = g.links()[link];
-    const int from = in[l.a] ? l.a : l.b;
-    const int to = g.Other(link, from);
-    if (in[to]) continue;
-    t.parent[to] = from;
-    t.route[to] = Route{to, from};
-    add(to);
-  }
-  return t;
+  std::vector<double> weight(g.links().size());
+  for (size_t e = 0; e < weight.size(); ++e) weight[e] = -g.links()[e].throughput_Bps;
+  return MinWeightTree(g, root, weight);
 }
 
 }  // namespace policy

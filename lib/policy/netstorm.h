@@ -123,6 +123,9 @@ struct MultiRootFapt {
   std::vector<double> score;           // per root
   std::vector<int64_t> chunks;         // per root; sums to the chunk count
   double cost_s = 0;                   // max over roots of the delay of its share
+  // DecidePackedMultiRoot only: the planned bytes per direction on each
+  // link divided by its throughput (the link's busy time per round).
+  std::vector<double> link_busy_s;
 };
 
 // O(N E log N) when choosing roots (every node scored), O(k E log N) after.
@@ -143,6 +146,47 @@ absl::StatusOr<MultiRootFapt> DecideSharedLinkMultiRoot(const Overlay& g, double
                                                         int64_t chunk_count, int k,
                                                         const std::vector<int>& roots);
 
+// Our pipelined tree delay (docs/policy.md). Theorem 1 charges every hop
+// the whole model (latency + model / throughput), as if a node forwarded
+// only after receiving everything; NetStorm sends chunks and forwards each
+// as soon as the children delivered it, so a path pays each hop's latency
+// plus one chunk to fill the pipe, and the rest of the model flows at the
+// pace of the slowest tree link (each tree link carries the model once per
+// direction):
+//   max over nodes v of sum over v's path (latency + chunk / throughput)
+//   + (model - chunk) / min over the tree's links of throughput.
+// chunk_bytes >= model_bytes gives Theorem 1's delay. Links shared by
+// several routes of a routed tree (STAR, BKT) are not charged twice.
+// +inf if a route is broken. O(N + total route length).
+double PipelinedTreeDelay(const Overlay& g, const AggregationTree& t, double model_bytes,
+                          double chunk_bytes);
+
+// The spanning tree of the root's component with the least
+// PipelinedTreeDelay (exact). For a threshold b, the shortest-path tree
+// (latency + chunk / throughput) over the links of throughput >= b is, by
+// construction, no worse than any tree whose slowest link is b; thresholds
+// are tried from the fastest that still spans down, and the search stops
+// once (model - chunk) / b plus the unrestricted largest distance cannot
+// beat the best found. With chunk_bytes >= model_bytes it is FaptTree.
+// O(T E log N) for the T thresholds tried (usually a handful; E at most).
+absl::StatusOr<AggregationTree> PipelinedFaptTree(const Overlay& g, int root,
+                                                  double model_bytes, double chunk_bytes);
+
+// Our multi-root variant for trees that share links (docs/policy.md): the
+// model is split among k trees, one per root, so that the busiest link
+// direction is as idle as possible (a fractional spanning-tree packing, one
+// tree per root). Roots: the top k by pipelined FAPT score, then kept (as
+// DecideMultiRootFapt). Trees: each rebuilt in turn as the minimum spanning
+// tree under the marginal cost of the others' load (a soft maximum of link
+// utilisation), shares re-solved between passes by pairwise Frank-Wolfe on
+// that soft maximum; `passes` rounds. Chunks follow the shares (largest
+// remainder; a root may get none). link_busy_s is filled.
+// O(passes (k E log E + I (k N + E))) with I = 200 share iterations.
+absl::StatusOr<MultiRootFapt> DecidePackedMultiRoot(const Overlay& g, double model_bytes,
+                                                    double chunk_bytes, int64_t chunk_count,
+                                                    int k, const std::vector<int>& roots,
+                                                    int passes = 4);
+
 // Algorithm 3, per pair: up to max_paths routes from src to dst, each the
 // shortest (delay for `bytes`) on the overlay minus the links of `primary`
 // and of the routes found before it; shortest first. Every route is
@@ -150,7 +194,8 @@ absl::StatusOr<MultiRootFapt> DecideSharedLinkMultiRoot(const Overlay& g, double
 // that is the one link used, not the other parallel links). O(max_paths E
 // log N), usually far less: each search stops when it reaches dst.
 std::vector<Route> AuxiliaryPaths(const Overlay& g, int src, int dst, const Route& primary,
-                                  double bytes, int max_paths);
+                                  double bytes, int max_paths,
+                                  const std::vector<char>* excluded = nullptr);
 
 // Auxiliary routes for every child-to-parent edge of a tree (indexed by the
 // child; empty for the root). O(N max_paths E log N) worst case.
@@ -161,8 +206,11 @@ std::vector<std::vector<Route>> TreeAuxiliaryPaths(const Overlay& g, const Aggre
 // is searched once and reused, reversed where the trees use it the other
 // way (delays are symmetric). Indexed [tree][child]. O(P max_paths E log N)
 // for P distinct pairs (at most E: tree edges are overlay links).
+// `excluded` (per link, may be null): links no auxiliary route may use (our
+// spare-capacity rule: links the primary trees already keep busy).
 std::vector<std::vector<std::vector<Route>>> MultiTreeAuxiliaryPaths(
-    const Overlay& g, const std::vector<AggregationTree>& trees, double bytes, int max_paths);
+    const Overlay& g, const std::vector<AggregationTree>& trees, double bytes, int max_paths,
+    const std::vector<char>* excluded = nullptr);
 
 // Section VI-A, the sender's choice for a new chunk: the primary path while
 // fewer than primary_busy_bound chunks occupy its queue; else the first

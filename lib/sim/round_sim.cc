@@ -206,11 +206,25 @@ absl::StatusOr<RoundStats> RoundSimulator::RunRound(const RoundPlan& plan) {
     if (plan.late_binding && pick == 0 && occupied(paths[0]) >= plan.primary_busy_bound) return -1;
     return pick;
   };
+  // A chunk's place in its tree's round: (index + 1/2) / chunks of the tree.
+  auto progress = [&](const Transfer& x) {
+    return (x.chunk + 0.5) / static_cast<double>(plan.trees[x.tree].chunk_bytes.size());
+  };
   auto enqueue = [&](const std::vector<int>& paths, int pick, Transfer tr) {
     ++stats.chunks_sent;
     stats.auxiliary_sent += pick > 0;
     transfers.push_back(tr);
-    queues[paths[pick]].waiting.push_back(static_cast<int>(transfers.size()) - 1);
+    Queue& q = queues[paths[pick]];
+    const int id = static_cast<int>(transfers.size()) - 1;
+    if (plan.progress_order) {
+      // Behind every waiting chunk of the same or an earlier progress (the
+      // one in flight stays first).
+      auto it = q.waiting.begin() + (q.busy ? 1 : 0);
+      while (it != q.waiting.end() && progress(transfers[*it]) <= progress(tr)) ++it;
+      q.waiting.insert(it, id);
+    } else {
+      q.waiting.push_back(id);
+    }
     start_head(paths[pick]);
   };
   auto send = [&](const std::vector<int>& paths, Transfer tr) {
@@ -225,7 +239,13 @@ absl::StatusOr<RoundStats> RoundSimulator::RunRound(const RoundPlan& plan) {
       backlog.emplace_back();
       for (int q : paths) sets_with[q].push_back(it->second);
     }
-    backlog[it->second].push_back(tr);
+    auto& held = backlog[it->second];
+    auto at = held.end();
+    if (plan.progress_order) {
+      at = held.begin();
+      while (at != held.end() && progress(*at) <= progress(tr)) ++at;
+    }
+    held.insert(at, tr);
   };
   // A queue got room: chunks held for any route set using it may go now.
   auto release = [&](int qid) {

@@ -4,8 +4,8 @@
 // and sends the aggregate back down the same tree. A tree node forwards a
 // chunk only after that chunk arrived from all its children and its own
 // gradient is ready (aggregate-forward); chunks are independent, so they
-// pipeline. Each sender keeps one FIFO queue per route and transmits its
-// head chunk as a flow; flows share links max-min fairly (FlowNetwork).
+// pipeline. Each sender keeps one queue per route (by chunk progress, or
+// FIFO) and transmits its head chunk as a flow; flows share links max-min fairly (FlowNetwork).
 // With multipath on, each new chunk picks its route with
 // policy::ChooseSendPath (PRIMARY_BUSY_BOUND, AUXILIARY_QUEUE_LENGTH).
 // Link capacities change at period boundaries through a caller-supplied
@@ -53,6 +53,12 @@ struct RoundPlan {
   // sender and takes the first route that falls below its bound. Same
   // rules, work-conserving; docs/simulator.md compares the two.
   bool late_binding = true;
+  // Order of the chunks waiting at a sender. Progress (true): by the
+  // chunk's position in its tree's round, (index + 1/2) / the tree's chunk
+  // count, so every link serves the trees' chunks in one consistent order
+  // and no tree's late chunks block another's early ones. FIFO (false):
+  // in the order they became ready. docs/simulator.md compares the two.
+  bool progress_order = true;
 };
 
 struct RoundStats {

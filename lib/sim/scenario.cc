@@ -27,9 +27,15 @@ namespace {
 using policy::AggregationTree;
 using policy::Route;
 
+// mr-packed-aux: a link is open to auxiliary routes while the primary trees
+// keep it busy at most this fraction of the busiest link's time.
+constexpr double kAuxiliaryBusyFraction = 0.5;
+
 const std::vector<std::string>& OverlayPolicies() {
   static const auto* p = new std::vector<std::string>{
-      "star", "bkt", "mst", "fapt", "mr-fapt", "mr-fapt-aux", "mr-shared", "mr-shared-aux"};
+      "star",      "bkt",           "mst",       "fapt",          "fapt-pipelined",
+      "mr-fapt",   "mr-fapt-aux",   "mr-shared", "mr-shared-aux", "mr-packed",
+      "mr-packed-aux"};
   return *p;
 }
 const std::vector<std::string>& LoadPolicies() {
@@ -145,6 +151,7 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& yaml_text) {
   RETURN_IF_ERROR(Get(pol, "auxiliary_queue_length", &s.auxiliary_queue_length, false));
   RETURN_IF_ERROR(Get(pol, "auxiliary_paths", &s.auxiliary_paths, false));
   RETURN_IF_ERROR(Get(pol, "late_binding", &s.late_binding, false));
+  RETURN_IF_ERROR(Get(pol, "progress_order", &s.progress_order, false));
   RETURN_IF_ERROR(Get(pol, "update_s", &s.update_s, false));
   RETURN_IF_ERROR(Get(pol, "update_rate", &s.update_rate, false));
   RETURN_IF_ERROR(Get(pol, "wlbs_theta", &s.wlbs_theta, false));
@@ -369,16 +376,30 @@ absl::StatusOr<policy::PolicyValue> Decide(const Context& c, const std::string& 
     const int root = held->star_root;
     if (p.rfind("mr-", 0) == 0) {
       const int k = s.roots > 0 ? s.roots : c.net.nodes;
-      auto m = p.rfind("mr-shared", 0) == 0
-                   ? policy::DecideSharedLinkMultiRoot(*g, s.model_bytes, c.chunks, k, held->roots)
-                   : policy::DecideMultiRootFapt(*g, s.model_bytes, c.chunks, k, held->roots);
+      absl::StatusOr<policy::MultiRootFapt> m;
+      if (p.rfind("mr-shared", 0) == 0) {
+        m = policy::DecideSharedLinkMultiRoot(*g, s.model_bytes, c.chunks, k, held->roots);
+      } else if (p.rfind("mr-packed", 0) == 0) {
+        m = policy::DecidePackedMultiRoot(*g, s.model_bytes, s.chunk_bytes, c.chunks, k,
+                                          held->roots);
+      } else {
+        m = policy::DecideMultiRootFapt(*g, s.model_bytes, c.chunks, k, held->roots);
+      }
       if (!m.ok()) return m.status();
       held->roots = m->roots;
       servers = m->roots;
       counts = m->chunks;
       if (plan_aux) {
-        v.auxiliary =
-            policy::MultiTreeAuxiliaryPaths(*g, m->trees, s.chunk_bytes, s.auxiliary_paths);
+        // Ours for the packed trees: auxiliary routes only over links the
+        // primaries leave mostly idle (an auxiliary chunk on a busy link
+        // slows a primary down).
+        std::vector<char> busy;
+        double busiest = 0;
+        for (double t : m->link_busy_s) busiest = std::max(busiest, t);
+        for (double t : m->link_busy_s) busy.push_back(t > kAuxiliaryBusyFraction * busiest);
+        v.auxiliary = policy::MultiTreeAuxiliaryPaths(*g, m->trees, s.chunk_bytes,
+                                                      s.auxiliary_paths,
+                                                      busy.empty() ? nullptr : &busy);
       }
       v.trees = std::move(m->trees);
     } else {
@@ -389,6 +410,8 @@ absl::StatusOr<policy::PolicyValue> Decide(const Context& c, const std::string& 
         t = policy::BalancedTree(*g, root, s.bkt_arity, s.model_bytes);
       } else if (p == "mst") {
         t = policy::MaxThroughputTree(*g, root);
+      } else if (p == "fapt-pipelined") {
+        t = policy::PipelinedFaptTree(*g, root, s.model_bytes, s.chunk_bytes);
       } else {
         t = policy::FaptTree(*g, root, s.model_bytes);
       }
@@ -448,6 +471,7 @@ absl::StatusOr<std::vector<PolicyResult>> RunScenario(
     plan.primary_busy_bound = s.primary_busy_bound;
     plan.auxiliary_queue_length = s.auxiliary_queue_length;
     plan.late_binding = s.late_binding;
+    plan.progress_order = s.progress_order;
     const bool adaptive = !(p == "star" || p == "bkt" || p == "wlbs-equal" || p == "wlbs-ideal");
     while (sim->now() < s.horizon_s && static_cast<int>(r.rounds.size()) < s.max_rounds) {
       // Decide (every update_s; static policies once).

@@ -51,6 +51,7 @@ struct Scenario {
   int auxiliary_queue_length = 1;  // paper Table II
   int auxiliary_paths = 3;
   bool late_binding = true;
+  bool progress_order = true;     // sender queues by chunk progress (false: FIFO)
   double update_s = 5;            // paper Table II (UPDATE_TIME)
   double update_rate = 0.0;       // UPDATE_RATE: fraction of decisions that must change
   double wlbs_theta = 0.05;       // minor adjustment when batch times differ by more (relative)
