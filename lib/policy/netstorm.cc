@@ -34,8 +34,9 @@ struct Search {
 // Dijkstra from `source` over links not marked in `removed` (may be null).
 // Stops once `target` (if >= 0) is settled. Symmetric delays make the tree
 // it finds both "from the source" and "to the source".
+// Nodes farther than `limit` are left unsettled (via -1).
 void RunSearch(const Overlay& g, int source, double bytes, bool by_hops,
-               const std::vector<char>* removed, int target, Search* s) {
+               const std::vector<char>* removed, int target, Search* s, double limit = kInf) {
   const int n = g.nodes();
   s->dist.assign(n, Key{std::numeric_limits<int>::max(), kInf});
   s->via.assign(n, -1);
@@ -51,6 +52,13 @@ void RunSearch(const Overlay& g, int source, double bytes, bool by_hops,
     const auto [key, v] = heap.top();
     heap.pop();
     if (s->done[v]) continue;
+    if (key.delay > limit) {
+      // Everything left is farther: forget what was reached beyond the limit.
+      for (int w = 0; w < n; ++w) {
+        if (!s->done[w]) s->via[w] = -1;
+      }
+      return;
+    }
     s->done[v] = 1;
     if (v == target) return;
     for (int link : g.incident(v)) {
@@ -530,35 +538,39 @@ void SolveTreeShares(const std::vector<std::vector<int>>& tree_links,
     }
     std::sort(changed.begin(), changed.end());
     changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
-    double fixed = 0;  // the links whose load stays
-    for (size_t e = 0; e < nlinks; ++e) {
-      if (in_a[e] == 0) fixed += std::exp(beta * (u[e] - umax));
-    }
-    auto phi = [&](double delta) {
-      double sum = fixed;
-      for (int e : changed) sum += std::exp(beta * (u[e] + in_a[e] * delta / capacity[e] - umax));
-      return sum;
+    // The soft maximum along the move is convex in delta: find where its
+    // derivative (only the changed links vary) crosses zero, by Newton's
+    // method kept inside a shrinking bracket.
+    auto slope = [&](double delta, double* curvature) {
+      double d1 = 0, d2 = 0;
+      for (int e : changed) {
+        const double r = beta * in_a[e] / capacity[e];
+        const double w = std::exp(std::min(700.0, beta * (u[e] - umax) + r * delta));
+        d1 += r * w;
+        d2 += r * r * w;
+      }
+      *curvature = d2;
+      return d1;
     };
-    double lo = 0, hi = (*share)[a];
-    const double g = 0.5 * (std::sqrt(5.0) - 1);
-    double x1 = hi - g * (hi - lo), x2 = lo + g * (hi - lo);
-    double f1 = phi(x1), f2 = phi(x2);
-    for (int step = 0; step < 40; ++step) {
-      if (f1 <= f2) {
-        hi = x2;
-        x2 = x1;
-        f2 = f1;
-        x1 = hi - g * (hi - lo);
-        f1 = phi(x1);
-      } else {
-        lo = x1;
-        x1 = x2;
-        f1 = f2;
-        x2 = lo + g * (hi - lo);
-        f2 = phi(x2);
+    double lo = 0, hi = (*share)[a], curvature = 0;
+    double delta = hi;
+    if (slope(hi, &curvature) > 0) {
+      // Newton's step where it shrinks the bracket fast enough, else
+      // bisection (far from the root an exponential's Newton step is short).
+      delta = 0.5 * hi;
+      double last_step = hi;
+      for (int step = 0; step < 60; ++step) {
+        const double d1 = slope(delta, &curvature);
+        (d1 > 0 ? hi : lo) = delta;
+        double next = curvature > 0 ? delta - d1 / curvature : lo;
+        if (!(next > lo && next < hi) || std::abs(2 * d1) > std::abs(last_step * curvature)) {
+          next = 0.5 * (lo + hi);
+        }
+        last_step = std::abs(next - delta);
+        delta = next;
+        if (hi - lo <= 1e-7 * total || last_step <= 1e-9 * total) break;
       }
     }
-    const double delta = 0.5 * (lo + hi);
     for (int e : changed) {
       u[e] += in_a[e] * delta / capacity[e];
       in_a[e] = 0;
@@ -568,10 +580,6 @@ void SolveTreeShares(const std::vector<std::vector<int>>& tree_links,
     if ((*share)[a] < total * 1e-12) (*share)[a] = 0;
   }
 }
-
-}  // namespace
-
-namespace {
 
 // One packing of DecidePackedMultiRoot with tree depth capped at
 // depth_factor times each root's least possible (kInf: no cap).
@@ -584,8 +592,10 @@ struct Packing {
   double estimate_s = 0; // busy_s + fill_s
 };
 
-Packing PackTrees(const Overlay& g, const std::vector<int>& roots, double model_bytes,
-                  double chunk_bytes, int64_t chunk_count, int passes, double depth_factor) {
+// least_depth: per root, its shortest-path tree's depth (LeastDepths).
+Packing PackTrees(const Overlay& g, const std::vector<int>& roots,
+                  const std::vector<double>& least_depth, double model_bytes, double chunk_bytes,
+                  int64_t chunk_count, int passes, int iterations, double depth_factor) {
   Packing out;
   const size_t nroots = roots.size();
   const size_t nlinks = g.links().size();
@@ -597,18 +607,9 @@ Packing PackTrees(const Overlay& g, const std::vector<int>& roots, double model_
     capacity_sum += capacity[e];
     fill[e] = g.LinkDelay(static_cast<int>(e), chunk);
   }
-  // Each root's least possible depth: its shortest-path tree's.
   std::vector<double> cap(nroots, kInf);
-  if (std::isfinite(depth_factor)) {
-    Search s;
-    for (size_t i = 0; i < nroots; ++i) {
-      RunSearch(g, roots[i], chunk, false, nullptr, -1, &s);
-      double far = 0;
-      for (const Key& k : s.dist) {
-        if (std::isfinite(k.delay)) far = std::max(far, k.delay);
-      }
-      cap[i] = far * depth_factor;
-    }
+  for (size_t i = 0; i < nroots && std::isfinite(depth_factor); ++i) {
+    cap[i] = least_depth[i] * depth_factor;
   }
   // Scale of a link's busy time: the ideal if every link were equally busy.
   const double scale =
@@ -641,7 +642,7 @@ Packing PackTrees(const Overlay& g, const std::vector<int>& roots, double model_
   };
   for (size_t i = 0; i < nroots; ++i) rebuild(i);
   for (int pass = 0; pass < passes; ++pass) {
-    SolveTreeShares(tree_links, capacity, model_bytes, scale, 200, &share);
+    SolveTreeShares(tree_links, capacity, model_bytes, scale, iterations, &share);
     std::fill(load.begin(), load.end(), 0);
     for (size_t i = 0; i < nroots; ++i) {
       for (int e : tree_links[i]) load[e] += share[i];
@@ -706,11 +707,29 @@ absl::StatusOr<MultiRootFapt> DecidePackedMultiRoot(const Overlay& g, double mod
       return absl::InvalidArgumentError(
           absl::StrCat("packed multi-root: ", k, " roots among ", g.nodes(), " nodes"));
     }
-    std::vector<double> scores(g.nodes());
+    // Score: the pipelined delay of each node's shortest-path tree over the
+    // links at least as fast as the widest spanning tree's slowest (one
+    // search per node; PipelinedFaptTree would try more thresholds).
+    auto widest = MaxThroughputTree(g, 0);
+    if (!widest.ok()) return widest.status();
+    double top = kInf;
     for (int v = 0; v < g.nodes(); ++v) {
-      auto t = PipelinedFaptTree(g, v, model_bytes, chunk_bytes);
-      if (!t.ok()) return t.status();
-      scores[v] = QualityScore(PipelinedTreeDelay(g, *t, model_bytes, chunk_bytes));
+      if (widest->parent[v] >= 0) {
+        top = std::min(top, g.links()[g.LinkBetween(v, widest->parent[v])].throughput_Bps);
+      }
+    }
+    std::vector<char> slow(g.links().size(), 0);
+    for (size_t e = 0; e < slow.size(); ++e) slow[e] = g.links()[e].throughput_Bps < top;
+    const double chunk = std::min(chunk_bytes, model_bytes);
+    std::vector<double> scores(g.nodes());
+    Search s;
+    for (int v = 0; v < g.nodes(); ++v) {
+      RunSearch(g, v, chunk, false, &slow, -1, &s);
+      double far = 0;
+      for (const Key& key : s.dist) {
+        if (std::isfinite(key.delay)) far = std::max(far, key.delay);
+      }
+      scores[v] = QualityScore(far + (std::isfinite(top) ? (model_bytes - chunk) / top : 0));
     }
     out.roots = TopKRoots(scores, k);
   } else {
@@ -719,14 +738,42 @@ absl::StatusOr<MultiRootFapt> DecidePackedMultiRoot(const Overlay& g, double mod
     }
     out.roots = roots;
   }
+  // One tree per root, but at most one root per chunk carries any: the
+  // first chunk_count roots (best first) are packed; the rest get a tree
+  // (for a later decision) and no chunk.
+  const size_t packed = std::min<size_t>(out.roots.size(), static_cast<size_t>(chunk_count));
+  const std::vector<int> pack_roots(out.roots.begin(), out.roots.begin() + packed);
   // Deeper trees spread the load better but fill the chunk pipeline
-  // later: try a few depth caps, keep the best estimate.
-  Packing best;
-  best.estimate_s = kInf;
-  for (double factor : {1.0, 1.5, 2.0, 3.0, kInf}) {
-    Packing p = PackTrees(g, out.roots, model_bytes, chunk_bytes, chunk_count,
-                          std::max(1, passes), factor);
-    if (p.estimate_s < best.estimate_s) best = std::move(p);
+  // later: probe a few depth caps with one short pass each, then pack
+  // with the best one in full.
+  // Each root's least possible depth: its shortest-path tree's.
+  std::vector<double> least_depth(packed, 0);
+  Search search;
+  for (size_t i = 0; i < packed; ++i) {
+    RunSearch(g, pack_roots[i], std::min(chunk_bytes, model_bytes), false, nullptr, -1, &search);
+    for (const Key& key : search.dist) {
+      if (std::isfinite(key.delay)) least_depth[i] = std::max(least_depth[i], key.delay);
+    }
+  }
+  double best_factor = kInf, best_estimate = kInf;
+  for (double factor : {1.0, 1.5, 2.0, kInf}) {
+    const Packing p = PackTrees(g, pack_roots, least_depth, model_bytes, chunk_bytes,
+                                chunk_count, 1, 60, factor);
+    if (p.estimate_s < best_estimate) {
+      best_estimate = p.estimate_s;
+      best_factor = factor;
+    }
+  }
+  Packing best = PackTrees(g, pack_roots, least_depth, model_bytes, chunk_bytes, chunk_count,
+                           std::max(1, passes), 200, best_factor);
+  for (size_t i = packed; i < out.roots.size(); ++i) {
+    // A root beyond the chunk count aggregates nothing in this version.
+    AggregationTree alone;
+    alone.root = out.roots[i];
+    alone.parent.assign(g.nodes(), -1);
+    alone.route.assign(g.nodes(), Route{});
+    best.trees.push_back(std::move(alone));
+    best.chunks.push_back(0);
   }
   out.trees = std::move(best.trees);
   out.chunks = std::move(best.chunks);
@@ -740,7 +787,8 @@ absl::StatusOr<MultiRootFapt> DecidePackedMultiRoot(const Overlay& g, double mod
 }
 
 std::vector<Route> AuxiliaryPaths(const Overlay& g, int src, int dst, const Route& primary,
-                                  double bytes, int max_paths, const std::vector<char>* excluded) {
+                                  double bytes, int max_paths, const std::vector<char>* excluded,
+                                  double max_stretch) {
   std::vector<Route> out;
   if (src < 0 || dst < 0 || src >= g.nodes() || dst >= g.nodes() || src == dst) return out;
   std::vector<char> removed(g.links().size(), 0);
@@ -751,11 +799,12 @@ std::vector<Route> AuxiliaryPaths(const Overlay& g, int src, int dst, const Rout
       if (link >= 0) removed[link] = 1;
     }
   };
+  const double limit = max_stretch > 0 ? max_stretch * RouteDelay(g, primary, bytes) : kInf;
   remove_route(primary);
   Search s;
   for (int p = 0; p < max_paths; ++p) {
     // Search from dst so the route reads src ... dst when walked back.
-    RunSearch(g, dst, bytes, false, &removed, src, &s);
+    RunSearch(g, dst, bytes, false, &removed, src, &s, limit);
     if (s.via[src] < 0) break;
     Route r = RouteToSource(g, s, src);
     remove_route(r);
@@ -776,7 +825,7 @@ std::vector<std::vector<Route>> TreeAuxiliaryPaths(const Overlay& g, const Aggre
 
 std::vector<std::vector<std::vector<Route>>> MultiTreeAuxiliaryPaths(
     const Overlay& g, const std::vector<AggregationTree>& trees, double bytes, int max_paths,
-    const std::vector<char>* excluded) {
+    const std::vector<char>* excluded, double max_stretch) {
   std::vector<std::vector<std::vector<Route>>> out(trees.size());
   // (lo, hi) -> routes from lo to hi.
   absl::flat_hash_map<std::pair<int, int>, std::vector<Route>> cache;
@@ -791,7 +840,7 @@ std::vector<std::vector<std::vector<Route>>> MultiTreeAuxiliaryPaths(
       if (it == cache.end()) {
         Route primary = t.route[v];
         if (v != lo) std::reverse(primary.begin(), primary.end());
-        it = cache.emplace(std::pair{lo, hi}, AuxiliaryPaths(g, lo, hi, primary, bytes, max_paths, excluded))
+        it = cache.emplace(std::pair{lo, hi}, AuxiliaryPaths(g, lo, hi, primary, bytes, max_paths, excluded, max_stretch))
                  .first;
       }
       out[i][v] = it->second;
@@ -801,6 +850,27 @@ std::vector<std::vector<std::vector<Route>>> MultiTreeAuxiliaryPaths(
     }
   }
   return out;
+}
+
+std::vector<std::vector<std::vector<Route>>> PackedAuxiliaryPaths(const Overlay& g,
+                                                                  const MultiRootFapt& m,
+                                                                  double bytes, int max_paths) {
+  constexpr double kBusyFraction = 0.5;
+  constexpr double kStretch = 2;
+  if (m.link_busy_s.size() != g.links().size()) {
+    return MultiTreeAuxiliaryPaths(g, m.trees, bytes, max_paths);
+  }
+  const double busiest = *std::max_element(m.link_busy_s.begin(), m.link_busy_s.end());
+  std::vector<char> busy(g.links().size());
+  for (size_t e = 0; e < busy.size(); ++e) busy[e] = m.link_busy_s[e] > kBusyFraction * busiest;
+  // Only busy primaries need relief: the others' edges get no routes.
+  std::vector<AggregationTree> trees = m.trees;
+  for (AggregationTree& t : trees) {
+    for (int v = 0; v < g.nodes(); ++v) {
+      if (t.parent[v] >= 0 && !busy[g.LinkBetween(v, t.parent[v])]) t.parent[v] = -1;
+    }
+  }
+  return MultiTreeAuxiliaryPaths(g, trees, bytes, max_paths, &busy, kStretch);
 }
 
 int ChooseSendPath(int primary_occupied, absl::Span<const int> auxiliary_occupied,

@@ -179,9 +179,18 @@ absl::StatusOr<AggregationTree> PipelinedFaptTree(const Overlay& g, int root,
 // DecideMultiRootFapt). Trees: each rebuilt in turn as the minimum spanning
 // tree under the marginal cost of the others' load (a soft maximum of link
 // utilisation), shares re-solved between passes by pairwise Frank-Wolfe on
-// that soft maximum; `passes` rounds. Chunks follow the shares (largest
-// remainder; a root may get none). link_busy_s is filled.
-// O(passes (k E log E + I (k N + E))) with I = 200 share iterations.
+// that soft maximum; `passes` rounds. Tree depth (sum of latency + chunk /
+// throughput to the root) is capped at 1, 1.5, 2 times the root's
+// shortest-path tree's or not at all, whichever gives the least busiest
+// link time plus pipeline fill (probed with one short pass each). Only the
+// first min(k, chunk_count) roots get trees that carry chunks; the others
+// get no chunk and a tree of the root alone. Chunks: the floor of
+// each share, the rest one by one where the busiest link grows least.
+// Roots are scored with one search per node (the pipelined delay at the
+// widest spanning threshold), not PipelinedFaptTree. link_busy_s is filled;
+// cost_s is the busiest link time plus the deepest tree's fill, up and down.
+// O(N E log N) to score roots; then O(passes (k' E log E + I (k' N + E)))
+// with k' = min(k, chunks) and I = 200 share iterations.
 absl::StatusOr<MultiRootFapt> DecidePackedMultiRoot(const Overlay& g, double model_bytes,
                                                     double chunk_bytes, int64_t chunk_count,
                                                     int k, const std::vector<int>& roots,
@@ -193,9 +202,14 @@ absl::StatusOr<MultiRootFapt> DecidePackedMultiRoot(const Overlay& g, double mod
 // link-disjoint from the primary and from the others (for a one-hop primary
 // that is the one link used, not the other parallel links). O(max_paths E
 // log N), usually far less: each search stops when it reaches dst.
+// `excluded` (per link, may be null): links no route may use. max_stretch
+// > 0 (ours): routes slower than max_stretch times the primary's delay are
+// not searched for (each search stops there), which bounds the work on big
+// graphs and skips routes too slow to relieve the primary.
 std::vector<Route> AuxiliaryPaths(const Overlay& g, int src, int dst, const Route& primary,
                                   double bytes, int max_paths,
-                                  const std::vector<char>* excluded = nullptr);
+                                  const std::vector<char>* excluded = nullptr,
+                                  double max_stretch = 0);
 
 // Auxiliary routes for every child-to-parent edge of a tree (indexed by the
 // child; empty for the root). O(N max_paths E log N) worst case.
@@ -206,11 +220,22 @@ std::vector<std::vector<Route>> TreeAuxiliaryPaths(const Overlay& g, const Aggre
 // is searched once and reused, reversed where the trees use it the other
 // way (delays are symmetric). Indexed [tree][child]. O(P max_paths E log N)
 // for P distinct pairs (at most E: tree edges are overlay links).
-// `excluded` (per link, may be null): links no auxiliary route may use (our
-// spare-capacity rule: links the primary trees already keep busy).
+// `excluded` and max_stretch as AuxiliaryPaths (ours: the packed trees
+// exclude the links they already keep busy).
 std::vector<std::vector<std::vector<Route>>> MultiTreeAuxiliaryPaths(
     const Overlay& g, const std::vector<AggregationTree>& trees, double bytes, int max_paths,
-    const std::vector<char>* excluded = nullptr);
+    const std::vector<char>* excluded = nullptr, double max_stretch = 0);
+
+// Ours, for a DecidePackedMultiRoot plan: relieve the busy links through
+// the idle ones. A link is busy when the trees keep it busy more than half
+// the busiest link's time. Tree edges over busy links get routes (as
+// MultiTreeAuxiliaryPaths) over idle links only, at most 2 times the
+// primary's delay; edges over idle links need no relief and get none (an
+// auxiliary chunk on a busy link would only slow a primary down). Without link_busy_s (other plans): every
+// link, no stretch bound.
+std::vector<std::vector<std::vector<Route>>> PackedAuxiliaryPaths(const Overlay& g,
+                                                                  const MultiRootFapt& m,
+                                                                  double bytes, int max_paths);
 
 // Section VI-A, the sender's choice for a new chunk: the primary path while
 // fewer than primary_busy_bound chunks occupy its queue; else the first

@@ -90,13 +90,11 @@ double WalkMaxPathDelay(const Overlay& g, const AggregationTree& t, double bytes
   return worst;
 }
 
-// Every spanning tree of a connected simple graph with n <= 7 nodes, as a
-// set of n - 1 links; its delay rooted at r by orienting it from r.
-double BestSpanningTreeDelay(const std::vector<OverlayLink>& links, int n, int root, double bytes) {
+// Calls f(idx) for every spanning tree of a connected simple graph with
+// n <= 7 nodes, idx the n - 1 links it takes.
+template <class F>
+void ForEachSpanningTree(const std::vector<OverlayLink>& links, int n, F f) {
   const int e = static_cast<int>(links.size());
-  double best = INFINITY;
-  std::vector<int> pick(n - 1);
-  // Enumerate combinations of n - 1 of the e links.
   std::vector<int> idx(n - 1);
   std::iota(idx.begin(), idx.end(), 0);
   while (true) {
@@ -116,24 +114,7 @@ double BestSpanningTreeDelay(const std::vector<OverlayLink>& links, int n, int r
       }
       uf[a] = b;
     }
-    if (tree) {
-      // Distances from the root within the tree.
-      std::vector<double> dist(n, -1);
-      dist[root] = 0;
-      std::vector<int> q{root};
-      for (size_t h = 0; h < q.size(); ++h) {
-        for (int i : idx) {
-          const OverlayLink& l = links[i];
-          for (auto [x, y] : {std::pair{l.a, l.b}, std::pair{l.b, l.a}}) {
-            if (x == q[h] && dist[y] < 0) {
-              dist[y] = dist[x] + l.latency_s + bytes / l.throughput_Bps;
-              q.push_back(y);
-            }
-          }
-        }
-      }
-      best = std::min(best, *std::max_element(dist.begin(), dist.end()));
-    }
+    if (tree) f(idx);
     // Next combination.
     int i = n - 2;
     while (i >= 0 && idx[i] == e - (n - 1) + i) --i;
@@ -141,7 +122,85 @@ double BestSpanningTreeDelay(const std::vector<OverlayLink>& links, int n, int r
     ++idx[i];
     for (int j = i + 1; j < n - 1; ++j) idx[j] = idx[j - 1] + 1;
   }
+}
+
+// The largest distance from the root within the tree `idx` (per-link cost
+// latency + bytes / throughput), and the tree's slowest link.
+std::pair<double, double> FarthestAndSlowest(const std::vector<OverlayLink>& links,
+                                             const std::vector<int>& idx, int n, int root,
+                                             double bytes) {
+  std::vector<double> dist(n, -1);
+  dist[root] = 0;
+  std::vector<int> q{root};
+  double slowest = INFINITY;
+  for (size_t h = 0; h < q.size(); ++h) {
+    for (int i : idx) {
+      const OverlayLink& l = links[i];
+      for (auto [x, y] : {std::pair{l.a, l.b}, std::pair{l.b, l.a}}) {
+        if (x == q[h] && dist[y] < 0) {
+          dist[y] = dist[x] + l.latency_s + bytes / l.throughput_Bps;
+          slowest = std::min(slowest, l.throughput_Bps);
+          q.push_back(y);
+        }
+      }
+    }
+  }
+  return {*std::max_element(dist.begin(), dist.end()), slowest};
+}
+
+double BestSpanningTreeDelay(const std::vector<OverlayLink>& links, int n, int root, double bytes) {
+  double best = INFINITY;
+  ForEachSpanningTree(links, n, [&](const std::vector<int>& idx) {
+    best = std::min(best, FarthestAndSlowest(links, idx, n, root, bytes).first);
+  });
   return best;
+}
+
+// The least pipelined delay over all spanning trees.
+double BestSpanningTreePipelined(const std::vector<OverlayLink>& links, int n, int root,
+                                 double model, double chunk) {
+  double best = INFINITY;
+  ForEachSpanningTree(links, n, [&](const std::vector<int>& idx) {
+    const auto [far, slowest] = FarthestAndSlowest(links, idx, n, root, chunk);
+    best = std::min(best, far + (model - chunk) / slowest);
+  });
+  return best;
+}
+
+// A connected simple graph of n nodes: a random tree plus each other pair
+// with probability 1/2.
+std::vector<OverlayLink> SmallGraph(std::mt19937_64& rng, int n) {
+  std::vector<OverlayLink> links;
+  std::uniform_real_distribution<double> rate(1e6, 20e6);
+  std::uniform_real_distribution<double> lat(0.0, 0.05);
+  for (int v = 1; v < n; ++v) links.push_back({static_cast<int>(rng() % v), v, rate(rng), lat(rng)});
+  for (int a = 0; a < n; ++a) {
+    for (int b = a + 1; b < n; ++b) {
+      bool has = false;
+      for (const auto& l : links) has = has || (l.a == a && l.b == b) || (l.a == b && l.b == a);
+      if (!has && rng() % 2) links.push_back({a, b, rate(rng), lat(rng)});
+    }
+  }
+  return links;
+}
+
+// The busiest link direction of a multi-root plan: each tree link carries
+// the tree's chunks once each way.
+double BusiestLink(const Overlay& g, const MultiRootFapt& m, double chunk_size) {
+  std::vector<double> load(g.links().size(), 0);
+  for (size_t i = 0; i < m.trees.size(); ++i) {
+    for (int v = 0; v < g.nodes(); ++v) {
+      if (m.trees[i].parent[v] < 0) continue;
+      const int e = g.LinkBetween(v, m.trees[i].parent[v]);
+      REQUIRE(e >= 0);
+      load[e] += m.chunks[i] * chunk_size;
+    }
+  }
+  double busiest = 0;
+  for (size_t e = 0; e < load.size(); ++e) {
+    busiest = std::max(busiest, load[e] / g.links()[e].throughput_Bps);
+  }
+  return busiest;
 }
 
 }  // namespace
@@ -176,19 +235,7 @@ TEST_CASE("FAPT delay equals the best of all spanning trees on graphs of up to 7
   int compared = 0;
   for (int trial = 0; trial < 120; ++trial) {
     const int n = 2 + static_cast<int>(rng() % 6);  // 2..7
-    // A simple graph (no parallel links): random subset of the complete graph, kept connected.
-    std::vector<OverlayLink> links;
-    std::uniform_real_distribution<double> rate(1e6, 20e6);
-    std::uniform_real_distribution<double> lat(0.0, 0.05);
-    for (int v = 1; v < n; ++v)
-      links.push_back({static_cast<int>(rng() % v), v, rate(rng), lat(rng)});
-    for (int a = 0; a < n; ++a) {
-      for (int b = a + 1; b < n; ++b) {
-        bool has = false;
-        for (const auto& l : links) has = has || (l.a == a && l.b == b) || (l.a == b && l.b == a);
-        if (!has && rng() % 2) links.push_back({a, b, rate(rng), lat(rng)});
-      }
-    }
+    const std::vector<OverlayLink> links = SmallGraph(rng, n);
     auto g = Overlay::Create(n, links);
     REQUIRE(g.ok());
     const double bytes = 1e7;
@@ -202,6 +249,147 @@ TEST_CASE("FAPT delay equals the best of all spanning trees on graphs of up to 7
     }
   }
   CHECK(compared > 400);
+}
+
+TEST_CASE("pipelined FAPT is the best of all spanning trees under the pipelined delay",
+          "[netstorm]") {
+  std::mt19937_64 rng(23);
+  int compared = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 6);  // 2..7
+    const std::vector<OverlayLink> links = SmallGraph(rng, n);
+    auto g = Overlay::Create(n, links);
+    REQUIRE(g.ok());
+    const double model = 2e8;
+    const double chunk = std::uniform_real_distribution<double>(1e5, 2e7)(rng);
+    for (int root = 0; root < n; ++root) {
+      CAPTURE(trial, n, root, chunk);
+      auto t = PipelinedFaptTree(*g, root, model, chunk);
+      REQUIRE(t.ok());
+      CHECK(TreeSize(*t) == n);
+      const double d = PipelinedTreeDelay(*g, *t, model, chunk);
+      CHECK(d == Approx(BestSpanningTreePipelined(links, n, root, model, chunk)).epsilon(1e-12));
+      // Never worse than the maximum-throughput tree (MST) or Theorem 1's FAPT.
+      auto mst = MaxThroughputTree(*g, root);
+      auto fapt = FaptTree(*g, root, model);
+      REQUIRE((mst.ok() && fapt.ok()));
+      CHECK(d <= PipelinedTreeDelay(*g, *mst, model, chunk) * (1 + 1e-12));
+      CHECK(d <= PipelinedTreeDelay(*g, *fapt, model, chunk) * (1 + 1e-12));
+      ++compared;
+    }
+    // A chunk of the whole model is Theorem 1: the same delay as FaptTree.
+    auto whole = PipelinedFaptTree(*g, 0, model, model);
+    auto fapt = FaptTree(*g, 0, model);
+    REQUIRE((whole.ok() && fapt.ok()));
+    CHECK(PipelinedTreeDelay(*g, *whole, model, model) ==
+          Approx(TreeSyncDelay(*g, *fapt, model)).epsilon(1e-12));
+  }
+  CHECK(compared > 400);
+  // Disconnected: the tree spans the root's part only.
+  std::mt19937_64 rng2(3);
+  for (int trial = 0; trial < 100; ++trial) {
+    const int n = 4 + static_cast<int>(rng2() % 30);
+    auto g = Overlay::Create(n, RandomLinks(rng2, n, n, true));
+    REQUIRE(g.ok());
+    auto t = PipelinedFaptTree(*g, 0, 1e8, 4e6);
+    REQUIRE(t.ok());
+    const std::vector<int> reach = Reachable(*g, 0);
+    CHECK(TreeSize(*t) == std::accumulate(reach.begin(), reach.end(), 0));
+  }
+  CHECK(!PipelinedFaptTree(Overlay::Create(2, {{0, 1, 1e6, 0}}).value(), 0, 0, 1).ok());
+  CHECK(!PipelinedFaptTree(Overlay::Create(2, {{0, 1, 1e6, 0}}).value(), 0, 1e6, 0).ok());
+  CHECK(!PipelinedFaptTree(Overlay::Create(2, {{0, 1, 1e6, 0}}).value(), 2, 1e6, 1).ok());
+}
+
+TEST_CASE("packed multi-root trees reach the known optimal packing on rings and complete graphs",
+          "[netstorm]") {
+  // With equal links of throughput c and no latency, the best split of the
+  // model M over spanning trees loads the busiest link with M / P, P the
+  // fractional spanning-tree packing number (Nash-Williams/Tutte): n / (n-1)
+  // for a ring (each tree drops one link), n / 2 for the complete graph.
+  const double c = 1e7, model = 1e9;
+  const int64_t chunks = 4000;
+  struct Case {
+    std::vector<OverlayLink> links;
+    int n;
+    double packing;
+  };
+  std::vector<Case> cases;
+  for (int n : {3, 5, 9}) {
+    Case ring{{}, n, n / (n - 1.0)};
+    for (int v = 0; v < n; ++v) ring.links.push_back({v, (v + 1) % n, c, 0});
+    cases.push_back(ring);
+  }
+  for (int n : {4, 6}) {
+    Case full{{}, n, n / 2.0};
+    for (int a = 0; a < n; ++a)
+      for (int b = a + 1; b < n; ++b) full.links.push_back({a, b, c, 0});
+    cases.push_back(full);
+  }
+  for (const Case& k : cases) {
+    CAPTURE(k.n, k.links.size());
+    auto g = Overlay::Create(k.n, k.links);
+    REQUIRE(g.ok());
+    auto m = DecidePackedMultiRoot(*g, model, model / chunks, chunks, k.n, {});
+    REQUIRE(m.ok());
+    REQUIRE(m->trees.size() == static_cast<size_t>(k.n));
+    int64_t sum = 0;
+    for (size_t i = 0; i < m->trees.size(); ++i) {
+      CHECK(TreeSize(m->trees[i]) == k.n);
+      CHECK(m->chunks[i] >= 0);
+      sum += m->chunks[i];
+    }
+    CHECK(sum == chunks);
+    const double optimum = model / k.packing / c;
+    const double busiest = BusiestLink(*g, *m, model / chunks);
+    CHECK(busiest >= optimum * (1 - 1e-9));  // no packing beats the bound
+    CHECK(busiest <= optimum * 1.03);
+    double planned = 0;
+    for (double t : m->link_busy_s) planned = std::max(planned, t);
+    CHECK(planned == Approx(busiest).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("packed multi-root on random overlays: spans, keeps roots, never busier than MR-FAPT",
+          "[netstorm]") {
+  std::mt19937_64 rng(31);
+  int better = 0, trials = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int n = 3 + static_cast<int>(rng() % 30);
+    auto g = Overlay::Create(n, RandomLinks(rng, n, 2 * n, false));
+    REQUIRE(g.ok());
+    const double model = 2.28e8, chunk = 4e6;
+    const int64_t chunks = 57;
+    const int k = 1 + static_cast<int>(rng() % n);
+    CAPTURE(trial, n, k);
+    auto packed = DecidePackedMultiRoot(*g, model, chunk, chunks, k, {});
+    auto paper = DecideMultiRootFapt(*g, model, chunks, k, {});
+    REQUIRE((packed.ok() && paper.ok()));
+    REQUIRE(packed->roots.size() == static_cast<size_t>(k));
+    int64_t sum = 0;
+    for (size_t i = 0; i < packed->trees.size(); ++i) {
+      CHECK(packed->trees[i].root == packed->roots[i]);
+      CHECK(TreeSize(packed->trees[i]) == n);
+      sum += packed->chunks[i];
+    }
+    CHECK(sum == chunks);
+    // Roots given are kept.
+    auto kept = DecidePackedMultiRoot(*g, model, chunk, chunks, k, packed->roots);
+    REQUIRE(kept.ok());
+    CHECK(kept->roots == packed->roots);
+    const double a = BusiestLink(*g, *packed, model / chunks);
+    const double b = BusiestLink(*g, *paper, model / chunks);
+    CHECK(a <= b * 1.001);
+    better += a < b * 0.999;
+    ++trials;
+  }
+  CHECK(better > trials / 2);
+  auto g = Overlay::Create(2, {{0, 1, 1e6, 0}});
+  REQUIRE(g.ok());
+  CHECK(!DecidePackedMultiRoot(*g, 0, 1, 1, 1, {}).ok());
+  CHECK(!DecidePackedMultiRoot(*g, 1e6, 1e3, 0, 1, {}).ok());
+  CHECK(!DecidePackedMultiRoot(*g, 1e6, 1e3, 10, 3, {}).ok());
+  CHECK(!DecidePackedMultiRoot(*g, 1e6, 1e3, 10, 1, {5}).ok());
 }
 
 TEST_CASE("auxiliary paths are valid routes, link-disjoint from the primary and each other",

@@ -188,5 +188,29 @@ TEST_CASE("bad plans and stalls are reported, not crashed on", "[sim]") {
   CHECK(!sim2->RunRound(plan).ok());
 }
 
+TEST_CASE("progress order lets a long tree's chunk overtake a short tree's late ones", "[sim]") {
+  // Line 0 - 1 - 2, 1 B/s each way, no latency, chunks of 1 B. Tree A (root
+  // 1) has 3 chunks from node 0; tree B (root 2) has 1 chunk, 0 -> 1 -> 2
+  // and back. Both share the queue 0 -> 1.
+  // FIFO: A0 A1 A2 B0 on 0 -> 1 (B0 leaves at 3); B0 then takes 1 -> 2,
+  // 2 -> 1, 1 -> 0: done at 7.
+  // Progress: A0 (1/6), A1 (1/2), B0 (1/2, after A1), A2 (5/6): B0 leaves at
+  // 2, is back at node 1 at 5 and reaches 0 at 6 (after A2's down, 4 to 5).
+  for (bool progress : {false, true}) {
+    CAPTURE(progress);
+    auto sim = RoundSimulator::Create(3, {{0, 1, 0}, {1, 2, 0}}, 0, Fixed({1, 1}));
+    REQUIRE(sim.ok());
+    RoundPlan plan;
+    plan.compute_s = {0, 0, 0};
+    plan.progress_order = progress;
+    plan.trees.push_back({TreeOf(3, 1, {1, -1, -1}), {}, {1, 1, 1}});
+    plan.trees.push_back({TreeOf(3, 2, {1, 2, -1}), {}, {1}});
+    auto r = sim->RunRound(plan);
+    REQUIRE(r.ok());
+    CHECK(r->duration_s == Approx(progress ? 6 : 7));
+    CHECK(r->chunks_sent == 3 * 2 + 1 * 4);
+  }
+}
+
 }  // namespace sim
 }  // namespace hetps

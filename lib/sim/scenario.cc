@@ -27,10 +27,6 @@ namespace {
 using policy::AggregationTree;
 using policy::Route;
 
-// mr-packed-aux: a link is open to auxiliary routes while the primary trees
-// keep it busy at most this fraction of the busiest link's time.
-constexpr double kAuxiliaryBusyFraction = 0.5;
-
 const std::vector<std::string>& OverlayPolicies() {
   static const auto* p = new std::vector<std::string>{
       "star",      "bkt",           "mst",       "fapt",          "fapt-pipelined",
@@ -390,16 +386,8 @@ absl::StatusOr<policy::PolicyValue> Decide(const Context& c, const std::string& 
       servers = m->roots;
       counts = m->chunks;
       if (plan_aux) {
-        // Ours for the packed trees: auxiliary routes only over links the
-        // primaries leave mostly idle (an auxiliary chunk on a busy link
-        // slows a primary down).
-        std::vector<char> busy;
-        double busiest = 0;
-        for (double t : m->link_busy_s) busiest = std::max(busiest, t);
-        for (double t : m->link_busy_s) busy.push_back(t > kAuxiliaryBusyFraction * busiest);
-        v.auxiliary = policy::MultiTreeAuxiliaryPaths(*g, m->trees, s.chunk_bytes,
-                                                      s.auxiliary_paths,
-                                                      busy.empty() ? nullptr : &busy);
+        // The packed plans' routes avoid the links their trees keep busy.
+        v.auxiliary = policy::PackedAuxiliaryPaths(*g, *m, s.chunk_bytes, s.auxiliary_paths);
       }
       v.trees = std::move(m->trees);
     } else {

@@ -92,15 +92,22 @@ TEST_CASE("ADLB: the exact solver at least 1.3x Average on the 12-node scenario"
   CHECK(r["average"].speedup == 1.0);
 }
 
-TEST_CASE("9-DC WAN: adaptive trees beat STAR and BKT; multi-root beats single-root", "[sim]") {
+TEST_CASE("9-DC WAN: STAR < BKT < MST < FAPT; packed multi-root with auxiliary paths >= 5x STAR",
+          "[sim]") {
   auto r = Run("wan-9dc.yaml");
-  CHECK(r["bkt"].speedup > 1.0);
-  for (const char* p : {"mst", "fapt", "mr-fapt", "mr-fapt-aux", "mr-shared"}) {
+  // The order, with our pipelined FAPT (Theorem 1's FAPT is shown
+  // too and, with chunks pipelined, loses to MST: docs/simulator.md).
+  CHECK(r["bkt"].speedup > r["star"].speedup);
+  CHECK(r["mst"].speedup > r["bkt"].speedup);
+  CHECK(r["fapt-pipelined"].speedup > r["mst"].speedup);
+  CHECK(r["mr-packed-aux"].speedup >= 5.0);
+  CHECK(r["mr-packed"].speedup >= 5.0);
+  CHECK(r["mr-packed"].speedup > r["mr-fapt"].speedup);
+  for (const char* p : {"fapt", "mr-fapt", "mr-fapt-aux", "mr-shared"}) {
     CAPTURE(p);
     CHECK(r[p].speedup > 2.0);
   }
   CHECK(r["mr-fapt"].speedup > r["fapt"].speedup);
-  CHECK(r["mr-fapt"].speedup > r["mst"].speedup);
   CHECK(r["mr-fapt-aux"].auxiliary_fraction > 0.05);
   CHECK(r["star"].auxiliary_fraction == 0);
 }
