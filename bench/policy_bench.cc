@@ -189,10 +189,10 @@ int Main(int argc, char** argv) {
       for (double t : p.link_busy_s) busiest = std::max(busiest, t);
       const double t_paux =
           MedianSeconds(repeats, [&] { auto aux = PackedAuxiliaryPaths(*g, p, 4e6, 3); });
-      packed_rows.push_back(absl::StrFormat(
-          "%-8d %-6d %14.1f %14.1f %12.1f %14.1f %14.1f %14.2f %14.2f", degree, k, t_first * 1e3,
-          t_kept * 1e3, t_paux * 1e3, (t_first + t_paux) * 1e3, (t_kept + t_paux) * 1e3, busiest,
-          BusiestLinkSeconds(*g, m, 228e6 / 57)));
+      packed_rows.push_back(
+          absl::StrFormat("%-8d %-6d %14.1f %14.1f %12.1f %14.1f %14.1f %14.2f %14.2f", degree, k,
+                          t_first * 1e3, t_kept * 1e3, t_paux * 1e3, (t_first + t_paux) * 1e3,
+                          (t_kept + t_paux) * 1e3, busiest, BusiestLinkSeconds(*g, m, 228e6 / 57)));
     }
   }
   std::printf("goal: total < 1000 ms\n");

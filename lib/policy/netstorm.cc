@@ -430,8 +430,8 @@ double PipelinedTreeDelay(const Overlay& g, const AggregationTree& t, double mod
   return std::isfinite(slowest) ? fill + (model_bytes - chunk) / slowest : fill;
 }
 
-absl::StatusOr<AggregationTree> PipelinedFaptTree(const Overlay& g, int root,
-                                                  double model_bytes, double chunk_bytes) {
+absl::StatusOr<AggregationTree> PipelinedFaptTree(const Overlay& g, int root, double model_bytes,
+                                                  double chunk_bytes) {
   if (auto st = CheckRoot(g, root); !st.ok()) return st;
   if (!(model_bytes > 0) || !std::isfinite(model_bytes) || !(chunk_bytes > 0)) {
     return absl::InvalidArgumentError(absl::StrCat("pipelined FAPT: model of ", model_bytes,
@@ -587,9 +587,9 @@ struct Packing {
   std::vector<AggregationTree> trees;
   std::vector<int64_t> chunks;
   std::vector<double> link_busy_s;
-  double busy_s = 0;     // the busiest link direction
-  double fill_s = 0;     // the deepest used tree's chunk path, up and down
-  double estimate_s = 0; // busy_s + fill_s
+  double busy_s = 0;      // the busiest link direction
+  double fill_s = 0;      // the deepest used tree's chunk path, up and down
+  double estimate_s = 0;  // busy_s + fill_s
 };
 
 // least_depth: per root, its shortest-path tree's depth (LeastDepths).
@@ -683,7 +683,8 @@ Packing PackTrees(const Overlay& g, const std::vector<int>& roots,
     out.busy_s = std::max(out.busy_s, out.link_busy_s[e]);
   }
   for (size_t i = 0; i < nroots; ++i) {
-    if (out.chunks[i] > 0) out.fill_s = std::max(out.fill_s, 2 * TreeSyncDelay(g, out.trees[i], chunk));
+    if (out.chunks[i] > 0)
+      out.fill_s = std::max(out.fill_s, 2 * TreeSyncDelay(g, out.trees[i], chunk));
   }
   out.estimate_s = out.busy_s + out.fill_s;
   return out;
@@ -692,11 +693,9 @@ Packing PackTrees(const Overlay& g, const std::vector<int>& roots,
 }  // namespace
 
 absl::StatusOr<MultiRootFapt> DecidePackedMultiRoot(const Overlay& g, double model_bytes,
-                                                    double chunk_bytes, int64_t chunk_count,
-                                                    int k, const std::vector<int>& roots,
-                                                    int passes) {
-  if (!(model_bytes > 0) || !std::isfinite(model_bytes) || chunk_count < 1 ||
-      !(chunk_bytes > 0)) {
+                                                    double chunk_bytes, int64_t chunk_count, int k,
+                                                    const std::vector<int>& roots, int passes) {
+  if (!(model_bytes > 0) || !std::isfinite(model_bytes) || chunk_count < 1 || !(chunk_bytes > 0)) {
     return absl::InvalidArgumentError(absl::StrCat("packed multi-root: model of ", model_bytes,
                                                    " bytes in ", chunk_count, " chunks of ",
                                                    chunk_bytes));
@@ -757,8 +756,8 @@ absl::StatusOr<MultiRootFapt> DecidePackedMultiRoot(const Overlay& g, double mod
   }
   double best_factor = kInf, best_estimate = kInf;
   for (double factor : {1.0, 1.5, 2.0, kInf}) {
-    const Packing p = PackTrees(g, pack_roots, least_depth, model_bytes, chunk_bytes,
-                                chunk_count, 1, 60, factor);
+    const Packing p =
+        PackTrees(g, pack_roots, least_depth, model_bytes, chunk_bytes, chunk_count, 1, 60, factor);
     if (p.estimate_s < best_estimate) {
       best_estimate = p.estimate_s;
       best_factor = factor;
@@ -840,7 +839,9 @@ std::vector<std::vector<std::vector<Route>>> MultiTreeAuxiliaryPaths(
       if (it == cache.end()) {
         Route primary = t.route[v];
         if (v != lo) std::reverse(primary.begin(), primary.end());
-        it = cache.emplace(std::pair{lo, hi}, AuxiliaryPaths(g, lo, hi, primary, bytes, max_paths, excluded, max_stretch))
+        it = cache
+                 .emplace(std::pair{lo, hi}, AuxiliaryPaths(g, lo, hi, primary, bytes, max_paths,
+                                                            excluded, max_stretch))
                  .first;
       }
       out[i][v] = it->second;

@@ -169,8 +169,8 @@ double PipelinedTreeDelay(const Overlay& g, const AggregationTree& t, double mod
 // once (model - chunk) / b plus the unrestricted largest distance cannot
 // beat the best found. With chunk_bytes >= model_bytes it is FaptTree.
 // O(T E log N) for the T thresholds tried (usually a handful; E at most).
-absl::StatusOr<AggregationTree> PipelinedFaptTree(const Overlay& g, int root,
-                                                  double model_bytes, double chunk_bytes);
+absl::StatusOr<AggregationTree> PipelinedFaptTree(const Overlay& g, int root, double model_bytes,
+                                                  double chunk_bytes);
 
 // Our multi-root variant for trees that share links (docs/policy.md): the
 // model is split among k trees, one per root, so that the busiest link
@@ -192,9 +192,8 @@ absl::StatusOr<AggregationTree> PipelinedFaptTree(const Overlay& g, int root,
 // O(N E log N) to score roots; then O(passes (k' E log E + I (k' N + E)))
 // with k' = min(k, chunks) and I = 200 share iterations.
 absl::StatusOr<MultiRootFapt> DecidePackedMultiRoot(const Overlay& g, double model_bytes,
-                                                    double chunk_bytes, int64_t chunk_count,
-                                                    int k, const std::vector<int>& roots,
-                                                    int passes = 4);
+                                                    double chunk_bytes, int64_t chunk_count, int k,
+                                                    const std::vector<int>& roots, int passes = 4);
 
 // Algorithm 3, per pair: up to max_paths routes from src to dst, each the
 // shortest (delay for `bytes`) on the overlay minus the links of `primary`
@@ -231,8 +230,8 @@ std::vector<std::vector<std::vector<Route>>> MultiTreeAuxiliaryPaths(
 // the busiest link's time. Tree edges over busy links get routes (as
 // MultiTreeAuxiliaryPaths) over idle links only, at most 2 times the
 // primary's delay; edges over idle links need no relief and get none (an
-// auxiliary chunk on a busy link would only slow a primary down). Without link_busy_s (other plans): every
-// link, no stretch bound.
+// auxiliary chunk on a busy link would only slow a primary down). Without link_busy_s (other
+// plans): every link, no stretch bound.
 std::vector<std::vector<std::vector<Route>>> PackedAuxiliaryPaths(const Overlay& g,
                                                                   const MultiRootFapt& m,
                                                                   double bytes, int max_paths);

@@ -173,7 +173,8 @@ std::vector<OverlayLink> SmallGraph(std::mt19937_64& rng, int n) {
   std::vector<OverlayLink> links;
   std::uniform_real_distribution<double> rate(1e6, 20e6);
   std::uniform_real_distribution<double> lat(0.0, 0.05);
-  for (int v = 1; v < n; ++v) links.push_back({static_cast<int>(rng() % v), v, rate(rng), lat(rng)});
+  for (int v = 1; v < n; ++v)
+    links.push_back({static_cast<int>(rng() % v), v, rate(rng), lat(rng)});
   for (int a = 0; a < n; ++a) {
     for (int b = a + 1; b < n; ++b) {
       bool has = false;

@@ -29,9 +29,8 @@ using policy::Route;
 
 const std::vector<std::string>& OverlayPolicies() {
   static const auto* p = new std::vector<std::string>{
-      "star",      "bkt",           "mst",       "fapt",          "fapt-pipelined",
-      "mr-fapt",   "mr-fapt-aux",   "mr-shared", "mr-shared-aux", "mr-packed",
-      "mr-packed-aux"};
+      "star",        "bkt",       "mst",           "fapt",      "fapt-pipelined", "mr-fapt",
+      "mr-fapt-aux", "mr-shared", "mr-shared-aux", "mr-packed", "mr-packed-aux"};
   return *p;
 }
 const std::vector<std::string>& LoadPolicies() {
