@@ -414,6 +414,25 @@ absl::StatusOr<MultiRootFapt> DecideSharedLinkMultiRoot(const Overlay& g, double
   return out;
 }
 
+namespace {
+
+// The slowest link of the maximum-throughput spanning tree of the root's
+// component: the fastest throughput threshold whose links still span it
+// (+inf for a lone node). O(E log E).
+absl::StatusOr<double> WidestSpanningThreshold(const Overlay& g, int root) {
+  auto widest = MaxThroughputTree(g, root);
+  if (!widest.ok()) return widest.status();
+  double top = kInf;
+  for (int v = 0; v < g.nodes(); ++v) {
+    if (widest->parent[v] >= 0) {
+      top = std::min(top, g.links()[g.LinkBetween(v, widest->parent[v])].throughput_Bps);
+    }
+  }
+  return top;
+}
+
+}  // namespace
+
 double PipelinedTreeDelay(const Overlay& g, const AggregationTree& t, double model_bytes,
                           double chunk_bytes) {
   const double chunk = std::min(chunk_bytes, model_bytes);
@@ -449,19 +468,12 @@ absl::StatusOr<AggregationTree> PipelinedFaptTree(const Overlay& g, int root, do
     full_max = std::max(full_max, k.delay);
   }
   if (rest <= 0 || reach <= 1) return ShortestPathTree(g, s, root, false);
-  // The fastest threshold that still spans: the slowest link of the
-  // maximum-throughput spanning tree of the root's component.
-  auto widest = MaxThroughputTree(g, root);
-  if (!widest.ok()) return widest.status();
-  double top = kInf;
-  for (int v = 0; v < g.nodes(); ++v) {
-    if (widest->parent[v] >= 0) {
-      top = std::min(top, g.links()[g.LinkBetween(v, widest->parent[v])].throughput_Bps);
-    }
-  }
+  // The fastest threshold that still spans.
+  auto top = WidestSpanningThreshold(g, root);
+  if (!top.ok()) return top.status();
   std::vector<double> rates;
   for (const OverlayLink& l : g.links()) {
-    if (l.throughput_Bps <= top) rates.push_back(l.throughput_Bps);
+    if (l.throughput_Bps <= *top) rates.push_back(l.throughput_Bps);
   }
   std::sort(rates.begin(), rates.end(), std::greater<double>());
   rates.erase(std::unique(rates.begin(), rates.end()), rates.end());
@@ -709,14 +721,9 @@ absl::StatusOr<MultiRootFapt> DecidePackedMultiRoot(const Overlay& g, double mod
     // Score: the pipelined delay of each node's shortest-path tree over the
     // links at least as fast as the widest spanning tree's slowest (one
     // search per node; PipelinedFaptTree would try more thresholds).
-    auto widest = MaxThroughputTree(g, 0);
+    auto widest = WidestSpanningThreshold(g, 0);
     if (!widest.ok()) return widest.status();
-    double top = kInf;
-    for (int v = 0; v < g.nodes(); ++v) {
-      if (widest->parent[v] >= 0) {
-        top = std::min(top, g.links()[g.LinkBetween(v, widest->parent[v])].throughput_Bps);
-      }
-    }
+    const double top = *widest;
     std::vector<char> slow(g.links().size(), 0);
     for (size_t e = 0; e < slow.size(); ++e) slow[e] = g.links()[e].throughput_Bps < top;
     const double chunk = std::min(chunk_bytes, model_bytes);
