@@ -112,7 +112,7 @@ class Sink : public Receiver {
     const size_t at = (size_t(h.chunk_id) * kChunk + h.chunk_offset) % (buf_.size() - 20000);
     std::memcpy(buf_.data() + at, p, h.payload_bytes);
   }
-  void OnFlowDone(const Peer&, uint32_t, uint32_t) override {
+  void OnFlowDone(const Peer&, const FlowResult&) override {
     absl::MutexLock l(&mu_);
     ++flows_;
     last_ = Clock::now();

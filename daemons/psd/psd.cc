@@ -83,6 +83,7 @@ class Psd::Jobs final : public JobRunner {
     c.total_iterations = static_cast<uint32_t>(latest.total_iterations());
     c.round_deadline = absl::Milliseconds(spec.round_deadline_ms);
     c.endpoint = psd_->endpoint_->config();
+    c.endpoint.early_close = spec.early_close();
     ASSIGN_OR_RETURN(std::unique_ptr<ps::ShardServer> server,
                      ps::ShardServer::Create(c, init, psd_->endpoint_.get()));
     ASSIGN_OR_RETURN(std::vector<transport::Peer> workers, LiveWorkers(latest));

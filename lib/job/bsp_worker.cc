@@ -105,7 +105,8 @@ void BspWorker::OnData(const Peer& from, const Header& h, const uint8_t* payload
               h.payload_bytes);
 }
 
-void BspWorker::OnFlowDone(const Peer& from, uint32_t, uint32_t iteration) {
+void BspWorker::OnFlowDone(const Peer& from, const transport::FlowResult& result) {
+  const uint32_t iteration = result.iteration;
   absl::MutexLock lock(&mu_);
   const int s = ServerIndex(from);
   if (s < 0) return;
@@ -190,8 +191,10 @@ absl::Status BspWorker::Run(int64_t report_every,
           transport::AppendPackets(c, grad_.data() + ch.offset, ch.floats, pf, true, &packets);
         }
         if (!packets.empty()) {
+          transport::SendOptions options;
+          options.loss_tolerant = config_.job.loss_tolerant();
           handles.push_back(
-              endpoint_->Send(servers_[s], static_cast<uint32_t>(t), std::move(packets)));
+              endpoint_->Send(servers_[s], static_cast<uint32_t>(t), std::move(packets), options));
         }
       }
     }

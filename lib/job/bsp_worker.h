@@ -82,7 +82,7 @@ class BspWorker : public transport::Receiver {
   bool AcceptFlow(const transport::Peer& from, const transport::Header& first) override;
   void OnData(const transport::Peer& from, const transport::Header& h,
               const uint8_t* payload) override;
-  void OnFlowDone(const transport::Peer& from, uint32_t flow_id, uint32_t iteration) override;
+  void OnFlowDone(const transport::Peer& from, const transport::FlowResult& result) override;
 
  private:
   explicit BspWorker(const BspWorkerConfig& config);

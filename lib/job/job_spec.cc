@@ -1,5 +1,6 @@
 #include "lib/job/job_spec.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -33,6 +34,17 @@ void Bind(ConfigSchema& s, JobSpec& j) {
   s.Int("round_deadline_ms", &j.round_deadline_ms,
         "a round closes with the workers that arrived by then", 10, 3'600'000);
   s.Enum("backend", &j.backend, "compute backend on workers", {"auto", "cpu", "cuda"});
+  s.Enum("transport", &j.transport,
+         "gradient push transport: reliable, or ltp (loss-tolerant, Early Close)",
+         {"reliable", "ltp"});
+  s.Double("ltp_min_delivered", &j.ltp_min_delivered,
+           "ltp: delivered fraction that lets a push close after the LT threshold", 0.01, 1);
+  s.Int("ltp_slack_ms", &j.ltp_slack_ms, "ltp: deadline = max(LT) + this (30 DC, 100 WAN)", 0,
+        600'000);
+  s.Double("ltp_lt_factor", &j.ltp_lt_factor,
+           "ltp: initial LT threshold = this x RTprop + size / BtlBw", 0, 100);
+  s.Int("ltp_lt_fixed_ms", &j.ltp_lt_fixed_ms, "ltp: fixed LT threshold (0: measured)", 0,
+        3'600'000);
 }
 
 absl::Status Validate(const JobSpec& j, absl::string_view origin) {
@@ -63,6 +75,15 @@ train::OptimizerConfig JobSpec::optimizer_config() const {
   c.beta2 = static_cast<float>(beta2);
   c.epsilon = static_cast<float>(epsilon);
   c.weight_decay = static_cast<float>(weight_decay);
+  return c;
+}
+
+transport::EarlyCloseConfig JobSpec::early_close() const {
+  transport::EarlyCloseConfig c;
+  c.min_fraction = ltp_min_delivered;
+  c.slack_us = static_cast<uint32_t>(ltp_slack_ms * 1000);
+  c.lt_rtprop_factor = ltp_lt_factor;
+  c.lt_fixed_us = static_cast<uint32_t>(std::min<int64_t>(ltp_lt_fixed_ms * 1000, UINT32_MAX));
   return c;
 }
 

@@ -44,5 +44,55 @@ void SumScaled(const float* const* in, size_t n, size_t len, float scale, float*
   kKernels[n - k](in + k, len, scale, out, true);
 }
 
+std::vector<Range> MissingRanges(std::vector<Range> have, uint64_t len) {
+  std::sort(have.begin(), have.end(),
+            [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  std::vector<Range> gaps;
+  uint64_t at = 0;
+  for (const Range& r : have) {
+    if (r.begin > at) gaps.push_back({at, std::min(r.begin, len)});
+    at = std::max(at, r.end);
+    if (at >= len) break;
+  }
+  if (at < len) gaps.push_back({at, len});
+  return gaps;
+}
+
+uint64_t MeanUnbiased(const float* const* in, const std::vector<Range>* missing, size_t n,
+                      size_t len, float* out) {
+  if (n == 0 || len == 0) return 0;
+  SumScaled(in, n, len, 1.0f / n, out);
+  // Sweep the inputs' missing ranges: +1 at a begin, -1 at an end.
+  std::vector<std::pair<uint64_t, int>> events;
+  for (size_t k = 0; k < n; ++k) {
+    for (const Range& r : missing[k]) {
+      if (r.begin >= r.end) continue;
+      events.push_back({r.begin, +1});
+      events.push_back({std::min<uint64_t>(r.end, len), -1});
+    }
+  }
+  if (events.empty()) return 0;
+  std::sort(events.begin(), events.end());
+  std::vector<const float*> at(n);
+  uint64_t partial = 0;
+  int absent = 0;
+  for (size_t e = 0; e < events.size();) {
+    const uint64_t pos = events[e].first;
+    while (e < events.size() && events[e].first == pos) absent += events[e++].second;
+    if (absent == 0 || e == events.size()) continue;
+    const uint64_t end = events[e].first;
+    if (end <= pos) continue;
+    const size_t count = n - static_cast<size_t>(absent);
+    if (count == 0) {
+      std::fill(out + pos, out + end, 0.0f);
+    } else {
+      for (size_t k = 0; k < n; ++k) at[k] = in[k] + pos;
+      SumScaled(at.data(), n, end - pos, 1.0f / count, out + pos);
+    }
+    partial += end - pos;
+  }
+  return partial;
+}
+
 }  // namespace ps
 }  // namespace hetps

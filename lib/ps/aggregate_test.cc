@@ -45,6 +45,82 @@ TEST_CASE("one input with scale 1 is an exact copy", "[aggregate]") {
   CHECK(out == std::vector<float>{1.f, 1.5f, 2.f, 2.5f});
 }
 
+TEST_CASE("missing ranges are the complement of what arrived", "[aggregate]") {
+  CHECK(MissingRanges({}, 10) == std::vector<Range>{{0, 10}});
+  CHECK(MissingRanges({{0, 10}}, 10).empty());
+  CHECK(MissingRanges({{7, 10}, {0, 3}}, 10) == std::vector<Range>{{3, 7}});
+  CHECK(MissingRanges({{3, 5}, {5, 6}}, 8) == std::vector<Range>{{0, 3}, {6, 8}});
+}
+
+// LTP bubbles: whole packets of each input are lost at random and
+// zero-filled; the mean over the inputs that delivered each element must
+// equal, bit for bit, that mean computed directly.
+TEST_CASE("unbiased mean is exact for a known delivery pattern", "[aggregate][ltp]") {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> d;
+  for (size_t n : {1u, 2u, 5u, 8u, 9u, 13u}) {
+    for (double loss : {0.0, 0.01, 0.3, 0.9}) {
+      const size_t len = 10007, packet = 349;  // the last packet is short
+      std::vector<std::vector<float>> bufs(n, std::vector<float>(len));
+      std::vector<std::vector<uint8_t>> got(n, std::vector<uint8_t>(len, 1));
+      std::vector<std::vector<Range>> missing(n);
+      std::vector<const float*> ptrs;
+      std::bernoulli_distribution lost(loss);
+      for (size_t k = 0; k < n; ++k) {
+        std::vector<Range> have;
+        for (size_t at = 0; at < len; at += packet) {
+          const size_t end = std::min(len, at + packet);
+          if (lost(rng)) {
+            for (size_t i = at; i < end; ++i) got[k][i] = 0;
+          } else {
+            have.push_back({at, end});
+          }
+        }
+        missing[k] = MissingRanges(have, len);
+        for (size_t i = 0; i < len; ++i) bufs[k][i] = got[k][i] ? d(rng) : 0.0f;  // bubbles
+        ptrs.push_back(bufs[k].data());
+      }
+      std::vector<float> out(len, -1.0f), want(len);
+      uint64_t want_partial = 0;
+      for (size_t i = 0; i < len; ++i) {
+        float s = 0;
+        size_t c = 0;
+        for (size_t k = 0; k < n; ++k) {
+          if (got[k][i]) {
+            s = c == 0 ? bufs[k][i] : s + bufs[k][i];
+            ++c;
+          }
+        }
+        want[i] = c == 0 ? 0.0f : s * (1.0f / c);
+        if (c < n) ++want_partial;
+      }
+      const uint64_t partial = MeanUnbiased(ptrs.data(), missing.data(), n, len, out.data());
+      INFO("n " << n << " loss " << loss);
+      CHECK(out == want);
+      CHECK(partial == want_partial);
+      if (loss == 0) CHECK(partial == 0);
+    }
+  }
+}
+
+TEST_CASE("unbiased mean keeps the scale where the zero-filled mean shrinks it",
+          "[aggregate][ltp]") {
+  // 4 workers all send 1.0; worker 0 lost the first half. The paper's
+  // zero-filled mean gives 0.75 there; the unbiased mean gives 1.0.
+  const size_t n = 4, len = 100;
+  std::vector<std::vector<float>> bufs(n, std::vector<float>(len, 1.0f));
+  std::fill(bufs[0].begin(), bufs[0].begin() + 50, 0.0f);
+  std::vector<std::vector<Range>> missing(n);
+  missing[0] = {{0, 50}};
+  std::vector<const float*> ptrs;
+  for (auto& b : bufs) ptrs.push_back(b.data());
+  std::vector<float> out(len), zero_filled(len);
+  CHECK(MeanUnbiased(ptrs.data(), missing.data(), n, len, out.data()) == 50);
+  SumScaled(ptrs.data(), n, len, 1.0f / n, zero_filled.data());
+  CHECK(zero_filled[0] == 0.75f);
+  for (float x : out) CHECK(x == 1.0f);
+}
+
 }  // namespace
 }  // namespace ps
 }  // namespace hetps

@@ -48,6 +48,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
   s->optimizer_ = std::make_unique<train::OptimizerState>(config.optimizer, s->floats_);
   if (shared != nullptr) {
     s->endpoint_ = shared;
+    // This job's Early Close settings for the pushes it receives.
+    RETURN_IF_ERROR(shared->SetEarlyClose(config.endpoint.early_close));
   } else {
     ASSIGN_OR_RETURN(s->own_endpoint_, transport::Endpoint::Create(config.endpoint, s.get()));
     s->endpoint_ = s->own_endpoint_.get();
@@ -135,7 +137,9 @@ void ShardServer::Broadcast(uint32_t iteration) {
 
 bool ShardServer::AcceptFlow(const Peer& from, const Header& first) {
   absl::MutexLock lock(&mu_);
-  const bool ok = round_open_ && first.iteration == round_ && slots_.contains(from);
+  auto slot = slots_.find(from);
+  const bool ok = round_open_ && first.iteration == round_ && slot != slots_.end() &&
+                  !slot->second.done && slot->second.have.empty();
   if (!ok) ++stats_.stale_pushes;
   return ok;
 }
@@ -151,15 +155,18 @@ void ShardServer::OnData(const Peer& from, const Header& h, const uint8_t* paylo
     ++stats_.bad_chunks;
     return;
   }
-  std::memcpy(slot->second.grad.data() + local->second + h.chunk_offset, payload, h.payload_bytes);
+  const uint64_t at = local->second + h.chunk_offset;
+  std::memcpy(slot->second.grad.data() + at, payload, h.payload_bytes);
+  slot->second.have.push_back({at, at + floats});
 }
 
-void ShardServer::OnFlowDone(const Peer& from, uint32_t, uint32_t iteration) {
+void ShardServer::OnFlowDone(const Peer& from, const transport::FlowResult& result) {
   absl::MutexLock lock(&mu_);
-  if (!round_open_ || iteration != round_) return;
+  if (!round_open_ || result.iteration != round_) return;
   auto slot = slots_.find(from);
   if (slot == slots_.end()) return;
   slot->second.done = true;
+  slot->second.partial = !result.complete();
   changed_.SignalAll();
 }
 
@@ -176,8 +183,11 @@ void ShardServer::Run() {
         auto it = slots_.find(w);
         Slot s;
         if (it != slots_.end()) s.grad = std::move(it->second.grad);
+        if (it != slots_.end()) s.have = std::move(it->second.have);
         s.grad.resize(floats_);
         s.done = false;
+        s.partial = false;
+        s.have.clear();
         next.emplace(w, std::move(s));
       }
       slots_ = std::move(next);
@@ -188,6 +198,9 @@ void ShardServer::Run() {
     Broadcast(t);
     const absl::Time deadline = absl::Now() + config_.round_deadline;
     std::vector<const float*> inputs;
+    std::vector<std::vector<Range>> missing;
+    std::vector<std::pair<Peer, double>> delivered;
+    uint64_t bubble_bytes = 0, partial_pushes = 0;
     bool by_deadline = false, by_membership = false;
     {
       absl::MutexLock lock(&mu_);
@@ -219,19 +232,48 @@ void ShardServer::Run() {
       // Sum in worker rank order, so results never depend on hash order.
       for (const Peer& w : workers_) {
         auto it = slots_.find(w);
-        if (it != slots_.end() && it->second.done) inputs.push_back(it->second.grad.data());
+        if (it == slots_.end() || !it->second.done) continue;
+        Slot& slot = it->second;
+        inputs.push_back(slot.grad.data());
+        missing.emplace_back();
+        double fraction = 1;
+        if (slot.partial) {
+          // Bubble-filling: every element that never arrived becomes 0. Packets
+          // carry whole floats, so no value is ever half-filled.
+          missing.back() = MissingRanges(std::move(slot.have), floats_);
+          uint64_t holes = 0;
+          for (const Range& r : missing.back()) {
+            std::fill(slot.grad.begin() + r.begin, slot.grad.begin() + r.end, 0.0f);
+            holes += r.end - r.begin;
+          }
+          bubble_bytes += holes * sizeof(float);
+          ++partial_pushes;
+          fraction = floats_ > 0 ? 1.0 - double(holes) / double(floats_) : 1.0;
+        }
+        slot.have.clear();
+        delivered.push_back({w, fraction});
       }
     }
     if (stop_) break;
     const auto agg_start = Clock::now();
+    uint64_t partial_elements = 0;
     if (!inputs.empty()) {
-      SumScaled(inputs.data(), inputs.size(), floats_, 1.0f / inputs.size(), aggregate_.data());
+      if (partial_pushes > 0) {
+        partial_elements =
+            MeanUnbiased(inputs.data(), missing.data(), inputs.size(), floats_, aggregate_.data());
+      } else {
+        SumScaled(inputs.data(), inputs.size(), floats_, 1.0f / inputs.size(), aggregate_.data());
+      }
       optimizer_->Apply(absl::MakeSpan(params_), aggregate_);
     }
     const auto agg_end = Clock::now();
     absl::MutexLock lock(&mu_);
     stats_.iteration = t + 1;
     stats_.last_contributors = static_cast<uint32_t>(inputs.size());
+    stats_.partial_pushes += partial_pushes;
+    stats_.bubble_bytes += bubble_bytes;
+    stats_.partial_elements += partial_elements;
+    stats_.last_delivered = std::move(delivered);
     if (by_deadline) {
       ++stats_.rounds_by_deadline;
     } else if (by_membership) {

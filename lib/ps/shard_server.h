@@ -5,8 +5,10 @@
 //   3. close when every live worker's push is complete, or at the round
 //      deadline with whoever completed (a dead or slow worker never hangs a
 //      round; membership changes from SetWorkers close it at once);
-//   4. average the completed gradients (sum / contributors), apply the
-//      optimizer, and go on with t + 1.
+//   4. average the completed gradients, apply the optimizer, and go on with
+//      t + 1. A loss-tolerant (LTP) push the endpoint closed early has holes:
+//      they are zero-filled (bubbles) and each element is averaged over the
+//      workers whose packet for it arrived (MeanUnbiased), not over all.
 // After the last round it broadcasts the final parameters (iteration =
 // total_iterations) and finishes.
 //
@@ -26,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "lib/ps/aggregate.h"
 #include "lib/ps/chunk_map.h"
 #include "lib/train/optimizer.h"
 #include "lib/transport/endpoint.h"
@@ -52,6 +55,12 @@ struct ShardServerStats {
   uint64_t stale_pushes = 0;          // flows refused: wrong iteration or peer
   uint64_t bad_chunks = 0;            // packets for chunks we do not own / out of range
   uint32_t last_contributors = 0;
+  // LTP pushes: closed early with holes, the bytes zero-filled, and the
+  // delivered fraction of each worker's latest push (by worker rank).
+  uint64_t partial_pushes = 0;
+  uint64_t bubble_bytes = 0;
+  uint64_t partial_elements = 0;  // aggregated over fewer workers than contributed
+  std::vector<std::pair<transport::Peer, double>> last_delivered;
   double last_aggregate_ms = 0;
   double last_round_ms = 0;
   bool finished = false;
@@ -90,7 +99,7 @@ class ShardServer : public transport::Receiver {
   bool AcceptFlow(const transport::Peer& from, const transport::Header& first) override;
   void OnData(const transport::Peer& from, const transport::Header& h,
               const uint8_t* payload) override;
-  void OnFlowDone(const transport::Peer& from, uint32_t flow_id, uint32_t iteration) override;
+  void OnFlowDone(const transport::Peer& from, const transport::FlowResult& result) override;
 
  private:
   ShardServer(const ShardServerConfig& config, ChunkLayout layout, ChunkMap map);
@@ -124,6 +133,8 @@ class ShardServer : public transport::Receiver {
   struct Slot {
     std::vector<float> grad;
     bool done = false;
+    bool partial = false;         // closed early: `have` says what arrived
+    std::vector<ps::Range> have;  // local element ranges delivered this round
   };
   absl::flat_hash_map<transport::Peer, Slot> slots_ ABSL_GUARDED_BY(mu_);
   ShardServerStats stats_ ABSL_GUARDED_BY(mu_);

@@ -15,6 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "lib/base/status_macros.h"
 
 namespace hetps {
 namespace transport {
@@ -74,6 +75,16 @@ absl::Duration SendHandle::elapsed() const {
   return (done_ ? finished_ : absl::Now()) - started_;
 }
 
+CloseReason SendHandle::close_reason() const {
+  absl::MutexLock lock(&mu_);
+  return close_reason_;
+}
+
+uint32_t SendHandle::receiver_packets() const {
+  absl::MutexLock lock(&mu_);
+  return receiver_packets_;
+}
+
 void SendHandle::Finish(absl::Status s) {
   absl::MutexLock lock(&mu_);
   if (done_) return;
@@ -102,7 +113,12 @@ struct SendFlow {
   std::shared_ptr<SendHandle> handle;
   uint32_t next_new = 0;
   uint32_t acked = 0;
-  std::deque<uint32_t> retx;
+  std::deque<uint32_t> retx;  // lost packets resent before new ones (LTP: critical only, CQ)
+  // Loss-tolerant: packets [0, critical_count) are critical; lost normal
+  // packets wait in rq until nothing new is left.
+  bool lossy = false;
+  uint32_t critical_count = 0;
+  std::deque<uint32_t> rq;
 };
 
 struct InflightEntry {
@@ -141,6 +157,23 @@ struct RecvFlow {
   uint32_t iteration = 0;
   uint64_t last_us = 0;
   std::vector<uint64_t> bitmap;
+  // Loss-tolerant flows (Early Close).
+  bool lossy = false;
+  uint64_t start_us = 0;               // first packet's arrival
+  uint32_t critical_end = UINT32_MAX;  // seq flagged kFlagCriticalEnd, once seen
+  uint32_t prefix = 0;                 // seqs [0, prefix) all received
+  uint32_t rtprop_us = 0;              // sender's latest estimates
+  uint64_t btlbw_bps = 0;
+  uint32_t packet_bytes = 0;    // first packet's datagram size
+  uint64_t lt_us = UINT64_MAX;  // thresholds, relative to start_us
+  uint64_t deadline_us = UINT64_MAX;
+  bool critical_in() const { return critical_end != UINT32_MAX && prefix > critical_end; }
+  bool has(uint32_t seq) const { return (bitmap[seq / 64] >> (seq % 64)) & 1; }
+};
+
+struct RecvLink {
+  LinkThreshold threshold;
+  LinkEstimate estimate;
 };
 
 struct Pending {
@@ -165,6 +198,8 @@ struct Endpoint::Impl {
       : config(c),
         receiver(r),
         session(c.session),
+        early_close(c.early_close),
+        early_close_shared(c.early_close),
         rng(c.impairment.seed),
         flow_counter(std::random_device{}()) {}
 
@@ -180,6 +215,8 @@ struct Endpoint::Impl {
   EndpointStats published ABSL_GUARDED_BY(mu);
   std::atomic<bool> stop{false};  // read every loop iteration: no lock
   std::atomic<uint64_t> session;  // SetSession may change it between jobs
+  EarlyCloseConfig early_close;   // the thread's copy, refreshed from early_close_shared
+  EarlyCloseConfig early_close_shared ABSL_GUARDED_BY(mu);
   size_t active_flows ABSL_GUARDED_BY(mu) = 0;
 
   // Owned by the endpoint thread.
@@ -187,7 +224,8 @@ struct Endpoint::Impl {
   absl::flat_hash_map<uint32_t, std::unique_ptr<SendFlow>> flows;
   absl::flat_hash_map<Peer, std::unique_ptr<PeerState>> peers;
   absl::flat_hash_map<RecvKey, RecvFlow> recv;
-  absl::flat_hash_set<RecvKey> closed;
+  absl::flat_hash_map<RecvKey, StopInfo> closed;  // how each remembered flow closed
+  absl::flat_hash_map<Peer, RecvLink> links;
   std::deque<RecvKey> closed_order;
   std::vector<Pending> pending;
   std::vector<OutDatagram> flush_out;  // Flush's scratch, kept to reuse its capacity
@@ -206,6 +244,7 @@ struct Endpoint::Impl {
   std::atomic<uint32_t> flow_counter;
   uint64_t last_gc_us = 0;
   uint64_t last_publish_us = 0;
+  uint64_t next_threshold_us = UINT64_MAX;
 
   void Run();
   void Wake();
@@ -216,7 +255,11 @@ struct Endpoint::Impl {
   bool AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t now);
   void QueueAck(const Peer& to, const Header& about);
   void EmitAcks();
-  void HandleStop(const Peer& from, const Header& h);
+  void HandleStop(const Peer& from, const Packet& p);
+  // Loss-tolerant flows: refresh thresholds, close what is due; returns the
+  // next time a threshold passes (UINT64_MAX: none).
+  uint64_t CheckEarlyClose(uint64_t now);
+  void CloseFlow(const RecvKey& key, CloseReason reason, uint64_t now);
   // An ACK or STOP about `about`'s flow; `body` (ACK seq list) must live
   // until the next Flush.
   void QueueControl(const Peer& to, PacketType type, const Header& about,
@@ -228,7 +271,7 @@ struct Endpoint::Impl {
   void Flush(uint64_t now);
   void ReleaseDelayed(uint64_t now);
   void FinishFlow(uint32_t flow_id, absl::Status s);
-  void CloseRecv(const RecvKey& key);
+  void CloseRecv(const RecvKey& key, const StopInfo& how);
   void GarbageCollect(uint64_t now);
   void Publish();
   PeerState& PeerFor(const Peer& p);
@@ -281,7 +324,7 @@ void Endpoint::Shutdown() {
 }
 
 std::shared_ptr<SendHandle> Endpoint::Send(const Peer& to, uint32_t iteration,
-                                           std::vector<PacketSpan> packets) {
+                                           std::vector<PacketSpan> packets, SendOptions options) {
   auto handle = std::make_shared<SendHandle>();
   handle->started_ = absl::Now();
   handle->flow_id_ = impl_->flow_counter.fetch_add(1);
@@ -299,6 +342,14 @@ std::shared_ptr<SendHandle> Endpoint::Send(const Peer& to, uint32_t iteration,
     }
   }
   auto f = std::make_unique<SendFlow>();
+  if (options.loss_tolerant) {
+    // Critical packets first (CQ before NQ): the first packet always is one.
+    packets.front().critical = true;
+    auto mid = std::stable_partition(packets.begin(), packets.end(),
+                                     [](const PacketSpan& p) { return p.critical; });
+    f->lossy = true;
+    f->critical_count = static_cast<uint32_t>(mid - packets.begin());
+  }
   f->flow_id = handle->flow_id_;
   f->peer = to;
   f->iteration = iteration;
@@ -333,6 +384,16 @@ void Endpoint::Cancel(const std::shared_ptr<SendHandle>& handle) {
 }
 
 void Endpoint::SetSession(uint64_t session) { impl_->session.store(session); }
+
+absl::Status Endpoint::SetEarlyClose(const EarlyCloseConfig& config) {
+  RETURN_IF_ERROR(ValidateEarlyCloseConfig(config));
+  {
+    absl::MutexLock lock(&impl_->mu);
+    impl_->early_close_shared = config;
+  }
+  impl_->Wake();
+  return absl::OkStatus();
+}
 
 uint64_t Endpoint::session() const { return impl_->session.load(); }
 
@@ -370,6 +431,7 @@ void Endpoint::Impl::TakeSubmissions(uint64_t now) {
     absl::MutexLock lock(&mu);
     fresh.swap(submitted);
     cancel.swap(cancelled);
+    early_close = early_close_shared;
   }
   for (auto& f : fresh) {
     PeerState& ps = PeerFor(f->peer);
@@ -474,7 +536,7 @@ void Endpoint::Impl::Receive(uint64_t now) {
           HandleAck(d.from, p, now);
           break;
         case PacketType::kStop:
-          HandleStop(d.from, p.header);
+          HandleStop(d.from, p);
           break;
       }
     }
@@ -487,11 +549,17 @@ void Endpoint::Impl::Receive(uint64_t now) {
 void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now) {
   const Header& h = p.header;
   const RecvKey key{from, h.flow_id};
-  if (closed.contains(key)) {
+  if (auto c = closed.find(key); c != closed.end()) {
     // A retransmission whose ACK was lost, or a replay: never delivered
-    // twice. ACK it again so an honest sender can finish.
+    // twice. ACK it again so an honest sender can finish; a flow closed
+    // early gets its STOP again (the first one may have been lost).
     ++stats.drops[size_t(DropReason::kReplayed)];
     QueueAck(from, h);
+    if (c->second.reason != CloseReason::kComplete) {
+      ack_payloads.emplace_back(kStopPayloadBytes);
+      EncodeStop(c->second, ack_payloads.back().data());
+      QueueControl(from, PacketType::kStop, h, &ack_payloads.back());
+    }
     return;
   }
   auto it = recv.find(key);
@@ -505,10 +573,15 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
     f.total = h.total_packets;
     f.iteration = h.iteration;
     f.bitmap.assign((h.total_packets + 63) / 64, 0);
+    f.lossy = (h.flags & kFlagLossTolerant) != 0;
+    f.start_us = now;
+    f.packet_bytes = kHeaderBytes + h.payload_bytes;
     it = recv.emplace(key, std::move(f)).first;
+    if (it->second.lossy) next_threshold_us = 0;  // compute its thresholds now
   }
   RecvFlow& f = it->second;
-  if (h.total_packets != f.total || h.iteration != f.iteration) {
+  if (h.total_packets != f.total || h.iteration != f.iteration ||
+      f.lossy != ((h.flags & kFlagLossTolerant) != 0)) {
     ++stats.drops[size_t(DropReason::kBadSequence)];
     return;
   }
@@ -522,18 +595,111 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
   }
   word |= bit;
   receiver->OnData(from, h, p.payload);
-  if (++f.received == f.total) {
-    const uint32_t iteration = f.iteration;
-    QueueControl(from, PacketType::kStop, h);
-    CloseRecv(key);
-    ++stats.flows_received;
-    receiver->OnFlowDone(from, h.flow_id, iteration);
+  ++f.received;
+  if (f.lossy) {
+    if (h.flags & kFlagCriticalEnd) f.critical_end = h.seq;
+    while (f.prefix < f.total && f.has(f.prefix)) ++f.prefix;
+    if (h.rtprop_us > 0) f.rtprop_us = h.rtprop_us;
+    if (h.btlbw_kbps > 0) f.btlbw_bps = uint64_t(h.btlbw_kbps) * 1000;
+  }
+  if (f.received == f.total) {
+    CloseFlow(key, CloseReason::kComplete, now);
+  } else if (f.lossy && now - f.start_us >= f.lt_us &&
+             DecideEarlyClose(now - f.start_us, f.lt_us, f.deadline_us, f.received, f.total,
+                              f.critical_in(),
+                              early_close.min_fraction) != EarlyCloseDecision::kWait) {
+    CloseFlow(
+        key,
+        now - f.start_us >= f.deadline_us ? CloseReason::kDeadline : CloseReason::kEarlyFraction,
+        now);
   }
 }
 
-void Endpoint::Impl::CloseRecv(const RecvKey& key) {
+void Endpoint::Impl::CloseFlow(const RecvKey& key, CloseReason reason, uint64_t now) {
+  auto it = recv.find(key);
+  if (it == recv.end()) return;
+  const RecvFlow& f = it->second;
+  FlowResult r;
+  r.flow_id = key.flow_id;
+  r.iteration = f.iteration;
+  r.total_packets = f.total;
+  r.received = f.received;
+  r.reason = reason;
+  const StopInfo how{reason, f.received};
+  Header about;
+  about.flow_id = key.flow_id;
+  about.seq = 0;
+  about.total_packets = f.total;
+  about.iteration = f.iteration;
+  ack_payloads.emplace_back(kStopPayloadBytes);
+  EncodeStop(how, ack_payloads.back().data());
+  QueueControl(key.peer, PacketType::kStop, about, &ack_payloads.back());
+  if (f.lossy) {
+    RecvLink& link = links[key.peer];
+    link.threshold.OnFlowClosed(early_close, r.complete(), f.last_us - f.start_us);
+    link.estimate.peer = key.peer;
+    link.estimate.lt_us = f.lt_us;
+    link.estimate.last_fraction = double(f.received) / double(f.total);
+    ++link.estimate.lossy_flows;
+    link.estimate.packets_missing += f.total - f.received;
+    ++stats.lossy_closes[size_t(reason)];
+    stats.packets_missing += f.total - f.received;
+  }
+  (void)now;
+  CloseRecv(key, how);
+  ++stats.flows_received;
+  receiver->OnFlowDone(key.peer, r);
+}
+
+uint64_t Endpoint::Impl::CheckEarlyClose(uint64_t now) {
+  // Pass 1: each open loss-tolerant flow's LT; the deadline is shared by
+  // every receiving link: max(LT) + C.
+  uint64_t max_lt = 0;
+  bool any = false;
+  for (auto& [key, f] : recv) {
+    if (!f.lossy) continue;
+    any = true;
+    RecvLink& link = links[key.peer];
+    f.lt_us = link.threshold.LtUs(early_close, uint64_t(f.total) * f.packet_bytes, f.rtprop_us,
+                                  f.btlbw_bps);
+    link.estimate.peer = key.peer;
+    link.estimate.lt_us = f.lt_us;
+    max_lt = std::max(max_lt, f.lt_us);
+  }
+  if (!any) return UINT64_MAX;
+  const uint64_t deadline =
+      max_lt > UINT64_MAX - early_close.slack_us ? UINT64_MAX : max_lt + early_close.slack_us;
+  // Pass 2: close what is due; the next time a threshold passes.
+  std::vector<std::pair<RecvKey, CloseReason>> due;
+  uint64_t next = UINT64_MAX;
+  for (auto& [key, f] : recv) {
+    if (!f.lossy) continue;
+    f.deadline_us = deadline;
+    const uint64_t elapsed = now - f.start_us;
+    switch (DecideEarlyClose(elapsed, f.lt_us, deadline, f.received, f.total, f.critical_in(),
+                             early_close.min_fraction)) {
+      case EarlyCloseDecision::kCloseFraction:
+        due.push_back({key, CloseReason::kEarlyFraction});
+        continue;
+      case EarlyCloseDecision::kCloseDeadline:
+        due.push_back({key, CloseReason::kDeadline});
+        continue;
+      case EarlyCloseDecision::kWait:
+        break;
+    }
+    // After LT, arrivals close the flow (HandleData); the timer needs only LT
+    // (if not passed yet) and the deadline.
+    if (elapsed < f.lt_us && f.lt_us != UINT64_MAX) next = std::min(next, f.start_us + f.lt_us);
+    if (deadline != UINT64_MAX) next = std::min(next, f.start_us + deadline);
+  }
+  for (const auto& [key, reason] : due) CloseFlow(key, reason, now);
+  // Estimates in the headers move LT: look again soon while flows are open.
+  return std::min(next, now + 1000);
+}
+
+void Endpoint::Impl::CloseRecv(const RecvKey& key, const StopInfo& how) {
   recv.erase(key);
-  if (closed.insert(key).second) closed_order.push_back(key);
+  if (closed.insert({key, how}).second) closed_order.push_back(key);
   while (closed_order.size() > config.closed_flows_remembered) {
     closed.erase(closed_order.front());
     closed_order.pop_front();
@@ -583,10 +749,16 @@ bool Endpoint::Impl::AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t n
   return ++f.acked == f.state.size();
 }
 
-void Endpoint::Impl::HandleStop(const Peer& from, const Header& h) {
-  auto it = flows.find(h.flow_id);
+void Endpoint::Impl::HandleStop(const Peer& from, const Packet& p) {
+  auto it = flows.find(p.header.flow_id);
   if (it == flows.end() || it->second->peer != from) return;
-  FinishFlow(h.flow_id, absl::OkStatus());
+  const StopInfo info = DecodeStop(p);
+  if (p.header.payload_bytes > 0) {
+    absl::MutexLock lock(&it->second->handle->mu_);
+    it->second->handle->close_reason_ = info.reason;
+    it->second->handle->receiver_packets_ = info.received;
+  }
+  FinishFlow(p.header.flow_id, absl::OkStatus());
 }
 
 void Endpoint::Impl::MarkLost(SendFlow& f, uint32_t seq, PeerState& ps) {
@@ -597,7 +769,11 @@ void Endpoint::Impl::MarkLost(SendFlow& f, uint32_t seq, PeerState& ps) {
   }
   if (!st.queued_retx) {
     st.queued_retx = true;
-    f.retx.push_back(seq);
+    if (f.lossy && seq >= f.critical_count) {
+      f.rq.push_back(seq);  // normal packet: after everything new (RQ)
+    } else {
+      f.retx.push_back(seq);
+    }
   }
 }
 
@@ -642,20 +818,29 @@ void Endpoint::Impl::SendData(uint64_t now) {
       ps.flows.pop_front();
       ps.flows.push_back(fid);
       SendFlow& f = *flows[fid];
-      uint32_t seq;
+      uint32_t seq = UINT32_MAX;
       bool retransmission = false;
-      while (!f.retx.empty() && f.state[f.retx.front()].acked) {
-        f.state[f.retx.front()].queued_retx = false;
-        f.retx.pop_front();
+      std::deque<uint32_t>* from_queue = nullptr;
+      for (std::deque<uint32_t>* q : {&f.retx, &f.rq}) {
+        while (!q->empty() && f.state[q->front()].acked) {
+          f.state[q->front()].queued_retx = false;
+          q->pop_front();
+        }
       }
       if (!f.retx.empty()) {
-        seq = f.retx.front();
-        f.retx.pop_front();
-        f.state[seq].queued_retx = false;
-        retransmission = true;
+        from_queue = &f.retx;
       } else if (f.next_new < f.packets.size()) {
         seq = f.next_new++;
-      } else {
+      } else if (!f.rq.empty()) {
+        from_queue = &f.rq;
+        ++stats.deferred_retransmissions;
+      }
+      if (from_queue != nullptr) {
+        seq = from_queue->front();
+        from_queue->pop_front();
+        f.state[seq].queued_retx = false;
+        retransmission = true;
+      } else if (seq == UINT32_MAX) {
         ++idle_flows;  // everything sent, waiting for ACKs
         continue;
       }
@@ -665,8 +850,9 @@ void Endpoint::Impl::SendData(uint64_t now) {
       if (ps.inflight_bytes + bytes > cwnd && ps.inflight_bytes > 0) {
         // Window full: put the packet back and wait for ACKs.
         if (retransmission) {
-          f.retx.push_front(seq);
+          from_queue->push_front(seq);
           f.state[seq].queued_retx = true;
+          if (from_queue == &f.rq) --stats.deferred_retransmissions;
         } else {
           --f.next_new;
         }
@@ -691,6 +877,10 @@ void Endpoint::Impl::SendData(uint64_t now) {
       h.type = PacketType::kData;
       h.flags = span.critical ? kFlagCritical : 0;
       if (seq + 1 == f.packets.size()) h.flags |= kFlagLast;
+      if (f.lossy) {
+        h.flags |= kFlagLossTolerant;
+        if (seq + 1 == f.critical_count) h.flags |= kFlagCriticalEnd;
+      }
       h.payload_bytes = static_cast<uint16_t>(span.floats * sizeof(float));
       h.session = session.load(std::memory_order_relaxed);
       h.flow_id = fid;
@@ -719,7 +909,7 @@ uint64_t Endpoint::Impl::NextSendTime(uint64_t now) {
     bool has_work = false;
     for (uint32_t fid : ps.flows) {
       const SendFlow& f = *flows[fid];
-      if (!f.retx.empty() || f.next_new < f.packets.size()) {
+      if (!f.retx.empty() || !f.rq.empty() || f.next_new < f.packets.size()) {
         has_work = true;
         break;
       }
@@ -728,7 +918,7 @@ uint64_t Endpoint::Impl::NextSendTime(uint64_t now) {
     if (!ps.inflight.empty()) next = std::min(next, ps.inflight.front().sent_us + RtoUs(ps));
   }
   if (!delayed.empty()) next = std::min(next, delayed.top().release_us);
-  return next;
+  return std::min(next, next_threshold_us);
 }
 
 void Endpoint::Impl::Flush(uint64_t now) {
@@ -818,6 +1008,7 @@ void Endpoint::Impl::Publish() {
     s.peers.push_back({peer, ps->cc.btlbw_bps(), ps->cc.rtprop_us(), ps->cc.pacing_rate_bps(),
                        ps->cc.cwnd_bytes()});
   }
+  for (auto& [peer, link] : links) s.links.push_back(link.estimate);
   absl::MutexLock lock(&mu);
   published = std::move(s);
 }
@@ -831,6 +1022,8 @@ void Endpoint::Impl::Run() {
     TakeSubmissions(now);
     Receive(now);
     now = NowUs();
+    if (now >= next_threshold_us || next_threshold_us == 0)
+      next_threshold_us = CheckEarlyClose(now);
     SendData(now);
     Flush(now);
     ReleaseDelayed(now);

@@ -10,6 +10,14 @@
 // retransmitted ahead of new data. A per-peer BBR-style controller
 // (congestion.h) paces packets and caps bytes in flight at ~2 BDP.
 //
+// Loss-tolerant (LTP) flows, SendOptions::loss_tolerant: critical packets
+// (the caller marks them; the first packet of a flow always is) are sent
+// first and a lost one is resent at once (the paper's CQ); normal packets go
+// once (NQ), and a lost one waits in a retransmission queue (RQ) served only
+// when nothing new is left to send. The receiver closes the flow early
+// (early_close.h) and says so with a STOP carrying the reason; the sender
+// then stops, with whatever was delivered.
+//
 // Receiving: the Receiver's callbacks run on the endpoint thread, in arrival
 // order, once per distinct packet (duplicates are dropped and re-ACKed).
 // Datagrams that fail to decode, carry the wrong session token, repeat a
@@ -35,6 +43,7 @@
 #include "absl/time/time.h"
 #include "lib/base/net_address.h"
 #include "lib/transport/congestion.h"
+#include "lib/transport/early_close.h"
 #include "lib/transport/udp_socket.h"
 #include "lib/transport/wire.h"
 
@@ -72,6 +81,7 @@ struct EndpointConfig {
   uint32_t recv_flow_idle_ms = 60'000;  // forget half-received flows after this
   CongestionConfig congestion;
   ImpairmentConfig impairment;
+  EarlyCloseConfig early_close;  // for loss-tolerant flows this endpoint receives
 
   // Floats per packet for this packet size.
   uint32_t payload_floats() const {
@@ -93,6 +103,12 @@ struct PacketSpan {
 void AppendPackets(uint32_t chunk_id, const float* data, uint32_t floats, uint32_t payload_floats,
                    bool mark_ends_critical, std::vector<PacketSpan>* out);
 
+struct SendOptions {
+  // LTP: the receiver may close the flow once enough has arrived; lost
+  // normal packets are resent only after everything new went out.
+  bool loss_tolerant = false;
+};
+
 class SendHandle {
  public:
   // True when every packet was acknowledged (or the receiver sent STOP).
@@ -102,6 +118,10 @@ class SendHandle {
   uint32_t flow_id() const { return flow_id_; }
   uint32_t retransmissions() const { return retransmissions_.load(); }
   absl::Duration elapsed() const;
+  // How the receiver closed the flow (kComplete unless it said otherwise in
+  // its STOP) and how many packets it had then (0 when it did not say).
+  CloseReason close_reason() const;
+  uint32_t receiver_packets() const;
 
  private:
   friend class Endpoint;
@@ -113,6 +133,18 @@ class SendHandle {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   absl::Time finished_ ABSL_GUARDED_BY(mu_);
+  CloseReason close_reason_ ABSL_GUARDED_BY(mu_) = CloseReason::kComplete;
+  uint32_t receiver_packets_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// How a received flow ended.
+struct FlowResult {
+  uint32_t flow_id = 0;
+  uint32_t iteration = 0;
+  uint32_t total_packets = 0;
+  uint32_t received = 0;  // distinct packets delivered by OnData
+  CloseReason reason = CloseReason::kComplete;
+  bool complete() const { return received == total_packets; }
 };
 
 class Receiver {
@@ -124,8 +156,10 @@ class Receiver {
   // A packet's payload: header.payload_bytes of little-endian floats, not
   // necessarily aligned (copy with memcpy).
   virtual void OnData(const Peer& from, const Header& header, const uint8_t* payload) = 0;
-  // Every packet of the flow arrived.
-  virtual void OnFlowDone(const Peer& from, uint32_t flow_id, uint32_t iteration) = 0;
+  // The flow ended: every packet arrived, or (loss-tolerant flows) it was
+  // closed early; no OnData for it follows. Packets that never came are the
+  // receiver's to fill (bubble-filling: zeros of the exact packet length).
+  virtual void OnFlowDone(const Peer& from, const FlowResult& result) = 0;
 };
 
 struct PeerEstimate {
@@ -134,6 +168,15 @@ struct PeerEstimate {
   uint32_t rtprop_us = 0;
   uint64_t pacing_rate_bps = 0;
   uint64_t cwnd_bytes = 0;
+};
+
+// A receiving link's Early Close state (loss-tolerant flows only).
+struct LinkEstimate {
+  Peer peer;
+  uint64_t lt_us = 0;            // LT of its latest flow (UINT64_MAX: waits for all)
+  double last_fraction = 1;      // delivered fraction of its latest flow
+  uint64_t lossy_flows = 0;      // loss-tolerant flows received from it
+  uint64_t packets_missing = 0;  // packets never delivered (closed early)
 };
 
 struct EndpointStats {
@@ -148,8 +191,14 @@ struct EndpointStats {
   uint64_t flows_sent = 0;
   uint64_t flows_received = 0;
   uint64_t impairment_dropped = 0;
+  // Loss-tolerant flows received, by how they closed (CloseReason), and the
+  // packets early closes left out (bubbles the application fills).
+  std::array<uint64_t, static_cast<size_t>(CloseReason::kCount)> lossy_closes{};
+  uint64_t packets_missing = 0;
+  uint64_t deferred_retransmissions = 0;  // RQ: lost normal packets resent after the rest
   std::array<uint64_t, static_cast<size_t>(DropReason::kCount)> drops{};
   std::vector<PeerEstimate> peers;
+  std::vector<LinkEstimate> links;
 };
 
 class Endpoint {
@@ -167,8 +216,10 @@ class Endpoint {
 
   // Queues a flow. Fails (handle done with an error) when send_flows_max
   // flows are already active or the flow is empty or too long.
+  // A loss-tolerant flow's packets are sent critical ones first (their
+  // order among themselves and among the others is kept).
   std::shared_ptr<SendHandle> Send(const Peer& to, uint32_t iteration,
-                                   std::vector<PacketSpan> packets);
+                                   std::vector<PacketSpan> packets, SendOptions options = {});
   // Abandons a flow (its handle finishes with CANCELLED).
   void Cancel(const std::shared_ptr<SendHandle>& handle);
 
@@ -177,6 +228,9 @@ class Endpoint {
   // (a daemon's endpoint outlives jobs; each job has its own token).
   void SetSession(uint64_t session);
   uint64_t session() const;
+  // Replaces the Early Close settings for loss-tolerant flows received from
+  // now on (a job's settings; the endpoint outlives jobs).
+  absl::Status SetEarlyClose(const EarlyCloseConfig& config);
   // Stops the thread; unfinished flows finish with CANCELLED. Idempotent.
   void Shutdown();
 

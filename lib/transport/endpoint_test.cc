@@ -31,7 +31,7 @@ class Assembler : public Receiver {
     std::memcpy(buf_.data() + at, payload, h.payload_bytes);
     if (h.flags & kFlagCritical) ++critical_;
   }
-  void OnFlowDone(const Peer&, uint32_t, uint32_t) override {
+  void OnFlowDone(const Peer&, const FlowResult&) override {
     absl::MutexLock lock(&mu_);
     ++done_;
   }

@@ -27,9 +27,9 @@ class ReceiverMux final : public Receiver {
     absl::ReaderMutexLock lock(&mu_);
     if (target_ != nullptr) target_->OnData(from, h, payload);
   }
-  void OnFlowDone(const Peer& from, uint32_t flow_id, uint32_t iteration) override {
+  void OnFlowDone(const Peer& from, const FlowResult& result) override {
     absl::ReaderMutexLock lock(&mu_);
-    if (target_ != nullptr) target_->OnFlowDone(from, flow_id, iteration);
+    if (target_ != nullptr) target_->OnFlowDone(from, result);
   }
 
  private:

@@ -62,6 +62,20 @@ const char* DropReasonName(DropReason r) {
   return "unknown";
 }
 
+const char* CloseReasonName(CloseReason r) {
+  switch (r) {
+    case CloseReason::kComplete:
+      return "complete";
+    case CloseReason::kEarlyFraction:
+      return "fraction";
+    case CloseReason::kDeadline:
+      return "deadline";
+    case CloseReason::kCount:
+      break;
+  }
+  return "unknown";
+}
+
 // Layout (offsets in bytes):
 //  0 magic u16 | 2 version u8 | 3 type u8 | 4 flags u8 | 5 reserved u8 (0)
 //  6 payload_bytes u16 | 8 session u64 | 16 flow_id u32 | 20 seq u32
@@ -91,6 +105,20 @@ void EncodeAckSeqs(const uint32_t* seqs, size_t n, uint8_t* out) {
   for (size_t i = 0; i < n; ++i) Put32(out + 4 * i, seqs[i]);
 }
 
+void EncodeStop(const StopInfo& s, uint8_t* out) {
+  Put32(out, static_cast<uint32_t>(s.reason));
+  Put32(out + 4, s.received);
+}
+
+StopInfo DecodeStop(const Packet& p) {
+  StopInfo s;
+  if (p.header.payload_bytes == kStopPayloadBytes) {
+    s.reason = static_cast<CloseReason>(Get32(p.payload));  // range checked by Decode
+    s.received = Get32(p.payload + 4);
+  }
+  return s;
+}
+
 DropReason Decode(const uint8_t* data, size_t len, Packet* p) {
   if (data == nullptr || len < kHeaderBytes) return DropReason::kTruncated;
   if (len > kDatagramBytesMax) return DropReason::kOversized;
@@ -113,6 +141,8 @@ DropReason Decode(const uint8_t* data, size_t len, Packet* p) {
   } else if (h.type == PacketType::kAck) {
     if (h.payload_bytes % sizeof(uint32_t) != 0) return DropReason::kMisaligned;
     if (h.payload_bytes > kAckSeqsMax * sizeof(uint32_t)) return DropReason::kBadPayload;
+  } else if (h.type == PacketType::kStop && h.payload_bytes == kStopPayloadBytes) {
+    if (Get32(data + kHeaderBytes) >= uint32_t(CloseReason::kCount)) return DropReason::kBadPayload;
   } else if (h.payload_bytes != 0) {
     return DropReason::kBadPayload;
   }
@@ -121,6 +151,10 @@ DropReason Decode(const uint8_t* data, size_t len, Packet* p) {
   h.seq = Get32(data + 20);
   h.total_packets = Get32(data + 24);
   if (h.total_packets == 0 || h.seq >= h.total_packets) return DropReason::kBadSequence;
+  if (h.type == PacketType::kStop && h.payload_bytes == kStopPayloadBytes &&
+      Get32(data + kHeaderBytes + 4) > h.total_packets) {
+    return DropReason::kBadPayload;  // more packets received than the flow has
+  }
   h.chunk_id = Get32(data + 28);
   h.chunk_offset = Get32(data + 32);
   h.iteration = Get32(data + 36);

@@ -33,11 +33,29 @@ enum class PacketType : uint8_t {
   kStop = 3,  // receiver closed the flow (complete, or early close): stop sending
 };
 
+// Why a receiver closed a flow; carried in a STOP's optional payload.
+enum class CloseReason : uint8_t {
+  kComplete = 0,       // every packet arrived
+  kEarlyFraction = 1,  // LTP: past the LT threshold, enough data and every critical packet
+  kDeadline = 2,       // LTP: the deadline passed; closed with what had arrived
+  kCount,
+};
+const char* CloseReasonName(CloseReason r);
+
+// A STOP may carry kStopPayloadBytes: u32 reason, u32 packets received.
+constexpr size_t kStopPayloadBytes = 8;
+
 enum PacketFlags : uint8_t {
   kFlagCritical = 1 << 0,  // must be delivered (importance "11" in the LTP paper)
   kFlagLast = 1 << 1,      // last packet of its tensor / flow (informational)
+  // LTP (loss-tolerant) flow: the receiver may close it early. Its critical
+  // packets are numbered first (seq 0 .. k-1, seq 0 always critical) and
+  // seq k-1 carries kFlagCriticalEnd, so a receiver knows when every
+  // critical packet is in without any extra header field.
+  kFlagLossTolerant = 1 << 2,
+  kFlagCriticalEnd = 1 << 3,
 };
-constexpr uint8_t kFlagsKnown = kFlagCritical | kFlagLast;
+constexpr uint8_t kFlagsKnown = kFlagCritical | kFlagLast | kFlagLossTolerant | kFlagCriticalEnd;
 
 struct Header {
   PacketType type = PacketType::kData;
@@ -85,6 +103,15 @@ void EncodeHeader(const Header& h, uint8_t* out);
 uint32_t AckSeq(const Packet& p, size_t i);
 // Writes `n` seqs as an ACK payload into out[0, 4n).
 void EncodeAckSeqs(const uint32_t* seqs, size_t n, uint8_t* out);
+
+// A STOP's payload (kStopPayloadBytes into out) and its decoding. A STOP
+// without payload reads as {kComplete, 0}.
+struct StopInfo {
+  CloseReason reason = CloseReason::kComplete;
+  uint32_t received = 0;  // packets the receiver had when it closed
+};
+void EncodeStop(const StopInfo& s, uint8_t* out);
+StopInfo DecodeStop(const Packet& p);
 
 // Decodes and validates one datagram of `len` bytes. On success fills `*p`
 // (payload aliases `data`) and returns kNone.

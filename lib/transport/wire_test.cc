@@ -110,6 +110,37 @@ TEST_CASE("every malformation maps to its drop reason", "[wire]") {
   CHECK(Decode(s.data(), s.size(), &p) == DropReason::kBadSequence);
 }
 
+TEST_CASE("a STOP may carry its close reason and packets received", "[wire]") {
+  Header h = DataHeader(kStopPayloadBytes);
+  h.type = PacketType::kStop;
+  auto d = Datagram(h, kStopPayloadBytes);
+  EncodeStop({CloseReason::kDeadline, 7}, d.data() + kHeaderBytes);
+  Packet p;
+  REQUIRE(Decode(d.data(), d.size(), &p) == DropReason::kNone);
+  const StopInfo s = DecodeStop(p);
+  CHECK(s.reason == CloseReason::kDeadline);
+  CHECK(s.received == 7);
+  // An unknown reason, or more packets than the flow has, is refused.
+  EncodeStop({CloseReason::kCount, 7}, d.data() + kHeaderBytes);
+  CHECK(Decode(d.data(), d.size(), &p) == DropReason::kBadPayload);
+  EncodeStop({CloseReason::kEarlyFraction, h.total_packets + 1}, d.data() + kHeaderBytes);
+  CHECK(Decode(d.data(), d.size(), &p) == DropReason::kBadPayload);
+  EncodeStop({CloseReason::kEarlyFraction, h.total_packets}, d.data() + kHeaderBytes);
+  CHECK(Decode(d.data(), d.size(), &p) == DropReason::kNone);
+  CHECK(std::string(CloseReasonName(CloseReason::kEarlyFraction)) == "fraction");
+}
+
+TEST_CASE("loss-tolerant flags decode; unknown flag bits do not", "[wire]") {
+  Header h = DataHeader(8);
+  h.flags = kFlagLossTolerant | kFlagCriticalEnd | kFlagCritical;
+  auto d = Datagram(h, 8);
+  Packet p;
+  REQUIRE(Decode(d.data(), d.size(), &p) == DropReason::kNone);
+  CHECK(p.header.flags == (kFlagLossTolerant | kFlagCriticalEnd | kFlagCritical));
+  d[4] = 1 << 4;
+  CHECK(Decode(d.data(), d.size(), &p) == DropReason::kBadFlags);
+}
+
 TEST_CASE("ack and stop carry no payload", "[wire]") {
   Packet p;
   for (PacketType t : {PacketType::kAck, PacketType::kStop}) {

@@ -1,0 +1,77 @@
+// Early Close (LTP paper, section III-B): when a receiver may close a
+// loss-tolerant flow before every packet arrived.
+//
+// Two thresholds per flow, measured from the flow's first packet at the
+// receiver:
+//   - before the loss-tolerant (LT) threshold of its link, wait for everything;
+//   - between LT and the deadline, close once the delivered fraction reaches
+//     min_fraction and every critical packet is in;
+//   - at the deadline, close with whatever arrived.
+// LT is per receiving link. Until the link has a full-delivery sample it is
+// the paper's model, lt_rtprop_factor x RTprop + size / BtlBw (the sender's
+// estimates travel in every DATA header); after that it is the shortest
+// full-delivery time among the link's last `window_flows` flows (the paper
+// takes the shortest per training epoch; a sliding window of flows needs no
+// notion of epochs and forgets a lucky sample after window_flows flows).
+// The deadline is the largest LT among the receiver's links with a flow open
+// now, plus slack C (30 ms in a datacenter, 100 ms on a WAN).
+//
+// Pure: times are passed in (microseconds). Not thread-safe.
+#ifndef HETPS_LIB_TRANSPORT_EARLY_CLOSE_H_
+#define HETPS_LIB_TRANSPORT_EARLY_CLOSE_H_
+
+#include <cstdint>
+#include <deque>
+
+#include "absl/status/status.h"
+
+namespace hetps {
+namespace transport {
+
+struct EarlyCloseConfig {
+  double lt_rtprop_factor = 1.5;  // model LT = factor x RTprop + size / BtlBw
+  uint32_t slack_us = 30'000;     // C: deadline = max(LT) + C
+  double min_fraction = 0.8;      // delivered fraction that allows a close after LT
+  uint32_t window_flows = 32;     // flows whose full-delivery times set LT
+  // Non-zero: this LT for every link, whatever was measured (tests; operators
+  // who know their links).
+  uint32_t lt_fixed_us = 0;
+};
+
+absl::Status ValidateEarlyCloseConfig(const EarlyCloseConfig& c);
+
+enum class EarlyCloseDecision { kWait, kCloseFraction, kCloseDeadline };
+
+// The decision for one open flow, `elapsed_us` after its first packet.
+// `received` of `total` packets are in; `critical_in`: every critical one.
+EarlyCloseDecision DecideEarlyClose(uint64_t elapsed_us, uint64_t lt_us, uint64_t deadline_us,
+                                    uint32_t received, uint32_t total, bool critical_in,
+                                    double min_fraction);
+
+// Packets needed for the fraction rule: ceil(min_fraction x total), at least 1.
+uint32_t PacketsForFraction(uint32_t total, double min_fraction);
+
+// The LT threshold of one receiving link.
+class LinkThreshold {
+ public:
+  // LT in microseconds for a flow of `bytes` whose sender reports `rtprop_us`
+  // and `btlbw_bps` (0: unknown). With no sample and no estimate: "infinite"
+  // (UINT64_MAX): the first flow of a link waits for everything.
+  uint64_t LtUs(const EarlyCloseConfig& c, uint64_t bytes, uint32_t rtprop_us,
+                uint64_t btlbw_bps) const;
+  // A flow of this link closed: `full` when every packet arrived, after
+  // `duration_us` from its first to its last packet.
+  void OnFlowClosed(const EarlyCloseConfig& c, bool full, uint64_t duration_us);
+  // The last LT handed out (0 before any), for metrics.
+  uint64_t last_lt_us() const { return last_lt_us_; }
+  void set_last_lt_us(uint64_t v) { last_lt_us_ = v; }
+
+ private:
+  std::deque<uint64_t> window_;  // per closed flow: duration if full, else UINT64_MAX
+  uint64_t last_lt_us_ = 0;
+};
+
+}  // namespace transport
+}  // namespace hetps
+
+#endif  // HETPS_LIB_TRANSPORT_EARLY_CLOSE_H_

@@ -1,0 +1,83 @@
+#include "lib/transport/early_close.h"
+
+#include <catch2/catch.hpp>
+
+namespace hetps {
+namespace transport {
+namespace {
+
+TEST_CASE("Early Close: wait before LT, fraction between LT and deadline, close at deadline",
+          "[early_close]") {
+  const uint64_t lt = 100'000, deadline = 130'000;
+  const uint32_t total = 1000;
+  // Before LT: never close, whatever arrived (except everything: the
+  // endpoint closes complete flows itself).
+  CHECK(DecideEarlyClose(0, lt, deadline, 999, total, true, 0.8) == EarlyCloseDecision::kWait);
+  CHECK(DecideEarlyClose(lt - 1, lt, deadline, 999, total, true, 0.8) == EarlyCloseDecision::kWait);
+  // Between: the fraction and every critical packet.
+  CHECK(DecideEarlyClose(lt, lt, deadline, 800, total, true, 0.8) ==
+        EarlyCloseDecision::kCloseFraction);
+  CHECK(DecideEarlyClose(lt, lt, deadline, 799, total, true, 0.8) == EarlyCloseDecision::kWait);
+  CHECK(DecideEarlyClose(lt + 5, lt, deadline, 999, total, false, 0.8) ==
+        EarlyCloseDecision::kWait);
+  CHECK(DecideEarlyClose(deadline - 1, lt, deadline, 500, total, true, 0.8) ==
+        EarlyCloseDecision::kWait);
+  // At the deadline: regardless.
+  CHECK(DecideEarlyClose(deadline, lt, deadline, 0, total, false, 0.8) ==
+        EarlyCloseDecision::kCloseDeadline);
+  CHECK(DecideEarlyClose(deadline + 1, lt, deadline, 999, total, true, 0.8) ==
+        EarlyCloseDecision::kCloseDeadline);
+  // Infinite thresholds (first flow of a link): wait for everything.
+  CHECK(DecideEarlyClose(1'000'000'000, UINT64_MAX, UINT64_MAX, 999, total, true, 0.8) ==
+        EarlyCloseDecision::kWait);
+}
+
+TEST_CASE("packets needed for a fraction round up", "[early_close]") {
+  CHECK(PacketsForFraction(10, 0.8) == 8);
+  CHECK(PacketsForFraction(11, 0.8) == 9);  // 8.8 -> 9
+  CHECK(PacketsForFraction(1, 0.01) == 1);
+  CHECK(PacketsForFraction(1000, 1.0) == 1000);
+  CHECK(PacketsForFraction(3, 0.5) == 2);
+}
+
+TEST_CASE("LT: the model until a full delivery, then the window's shortest", "[early_close]") {
+  EarlyCloseConfig c;
+  c.window_flows = 3;
+  LinkThreshold link;
+  const uint64_t bytes = 1'250'000;  // 10 Mbit
+  // No estimate yet: wait for everything.
+  CHECK(link.LtUs(c, bytes, 0, 0) == UINT64_MAX);
+  // 1.5 x 20 ms + 10 Mbit / 100 Mbit/s = 30 ms + 100 ms.
+  CHECK(link.LtUs(c, bytes, 20'000, 100'000'000) == 130'000);
+  link.OnFlowClosed(c, false, 90'000);  // closed early: no sample
+  CHECK(link.LtUs(c, bytes, 20'000, 100'000'000) == 130'000);
+  link.OnFlowClosed(c, true, 120'000);
+  link.OnFlowClosed(c, true, 110'000);
+  CHECK(link.LtUs(c, bytes, 20'000, 100'000'000) == 110'000);
+  // The window slides: after 3 more early closes the samples are gone and
+  // the model is back.
+  link.OnFlowClosed(c, true, 140'000);
+  CHECK(link.LtUs(c, bytes, 20'000, 100'000'000) == 110'000);
+  for (int i = 0; i < 3; ++i) link.OnFlowClosed(c, false, 1);
+  CHECK(link.LtUs(c, bytes, 20'000, 100'000'000) == 130'000);
+  // A fixed LT overrides everything.
+  c.lt_fixed_us = 7'000;
+  CHECK(link.LtUs(c, bytes, 20'000, 100'000'000) == 7'000);
+}
+
+TEST_CASE("bad Early Close settings are refused with the field named", "[early_close]") {
+  EarlyCloseConfig c;
+  CHECK(ValidateEarlyCloseConfig(c).ok());
+  c.min_fraction = 0;
+  CHECK(ValidateEarlyCloseConfig(c).message().find("min_fraction") != std::string::npos);
+  c = EarlyCloseConfig();
+  c.window_flows = 0;
+  CHECK(ValidateEarlyCloseConfig(c).message().find("window_flows") != std::string::npos);
+  c = EarlyCloseConfig();
+  c.lt_rtprop_factor = -1;
+  CHECK(!ValidateEarlyCloseConfig(c).ok());
+}
+
+}  // namespace
+}  // namespace transport
+}  // namespace hetps
