@@ -16,6 +16,9 @@ absl::Status ValidateEarlyCloseConfig(const EarlyCloseConfig& c) {
   if (c.window_flows == 0 || c.window_flows > 100000) {
     return absl::InvalidArgumentError("early close: window_flows outside [1, 100000]");
   }
+  if (c.lt_min_us > 600'000'000) {
+    return absl::InvalidArgumentError("early close: lt_min over 600 s");
+  }
   if (c.slack_us > 600'000'000) {
     return absl::InvalidArgumentError("early close: slack over 600 s");
   }
@@ -29,10 +32,10 @@ uint32_t PacketsForFraction(uint32_t total, double min_fraction) {
 
 EarlyCloseDecision DecideEarlyClose(uint64_t elapsed_us, uint64_t lt_us, uint64_t deadline_us,
                                     uint32_t received, uint32_t total, bool critical_in,
-                                    double min_fraction) {
+                                    bool first_pass_done, double min_fraction) {
   if (elapsed_us >= deadline_us) return EarlyCloseDecision::kCloseDeadline;
   if (elapsed_us < lt_us) return EarlyCloseDecision::kWait;
-  if (critical_in && received >= PacketsForFraction(total, min_fraction)) {
+  if (critical_in && first_pass_done && received >= PacketsForFraction(total, min_fraction)) {
     return EarlyCloseDecision::kCloseFraction;
   }
   return EarlyCloseDecision::kWait;
@@ -43,10 +46,10 @@ uint64_t LinkThreshold::LtUs(const EarlyCloseConfig& c, uint64_t bytes, uint32_t
   if (c.lt_fixed_us > 0) return c.lt_fixed_us;
   const uint64_t best =
       window_.empty() ? UINT64_MAX : *std::min_element(window_.begin(), window_.end());
-  if (best != UINT64_MAX) return best;
+  if (best != UINT64_MAX) return std::max<uint64_t>(best, c.lt_min_us);
   if (btlbw_bps == 0) return UINT64_MAX;
   const double model = c.lt_rtprop_factor * rtprop_us + double(bytes) * 8e6 / double(btlbw_bps);
-  return static_cast<uint64_t>(std::min(model, 1e15));
+  return std::max<uint64_t>(static_cast<uint64_t>(std::min(model, 1e15)), c.lt_min_us);
 }
 
 void LinkThreshold::OnFlowClosed(const EarlyCloseConfig& c, bool full, uint64_t duration_us) {

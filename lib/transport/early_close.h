@@ -5,7 +5,11 @@
 // receiver:
 //   - before the loss-tolerant (LT) threshold of its link, wait for everything;
 //   - between LT and the deadline, close once the delivered fraction reaches
-//     min_fraction and every critical packet is in;
+//     min_fraction, every critical packet is in, and the sender's first pass
+//     is over (ours: the paper closes even while new packets still flow, so
+//     a clean flow a little slower than LT loses up to 1 - min_fraction of
+//     its data; here only the tail of retransmissions is ever cut, and a
+//     slow first pass is bounded by the deadline);
 //   - at the deadline, close with whatever arrived.
 // LT is per receiving link. Until the link has a full-delivery sample it is
 // the paper's model, lt_rtprop_factor x RTprop + size / BtlBw (the sender's
@@ -36,6 +40,9 @@ struct EarlyCloseConfig {
   // Non-zero: this LT for every link, whatever was measured (tests; operators
   // who know their links).
   uint32_t lt_fixed_us = 0;
+  // LT never below this: a flow that arrived within one receive batch
+  // measures a near-zero delivery time.
+  uint32_t lt_min_us = 1000;
 };
 
 absl::Status ValidateEarlyCloseConfig(const EarlyCloseConfig& c);
@@ -43,10 +50,11 @@ absl::Status ValidateEarlyCloseConfig(const EarlyCloseConfig& c);
 enum class EarlyCloseDecision { kWait, kCloseFraction, kCloseDeadline };
 
 // The decision for one open flow, `elapsed_us` after its first packet.
-// `received` of `total` packets are in; `critical_in`: every critical one.
+// `received` of `total` packets are in; `critical_in`: every critical one;
+// `first_pass_done`: the sender has sent every packet once.
 EarlyCloseDecision DecideEarlyClose(uint64_t elapsed_us, uint64_t lt_us, uint64_t deadline_us,
                                     uint32_t received, uint32_t total, bool critical_in,
-                                    double min_fraction);
+                                    bool first_pass_done, double min_fraction);
 
 // Packets needed for the fraction rule: ceil(min_fraction x total), at least 1.
 uint32_t PacketsForFraction(uint32_t total, double min_fraction);

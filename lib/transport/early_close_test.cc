@@ -12,23 +12,29 @@ TEST_CASE("Early Close: wait before LT, fraction between LT and deadline, close 
   const uint32_t total = 1000;
   // Before LT: never close, whatever arrived (except everything: the
   // endpoint closes complete flows itself).
-  CHECK(DecideEarlyClose(0, lt, deadline, 999, total, true, 0.8) == EarlyCloseDecision::kWait);
-  CHECK(DecideEarlyClose(lt - 1, lt, deadline, 999, total, true, 0.8) == EarlyCloseDecision::kWait);
-  // Between: the fraction and every critical packet.
-  CHECK(DecideEarlyClose(lt, lt, deadline, 800, total, true, 0.8) ==
-        EarlyCloseDecision::kCloseFraction);
-  CHECK(DecideEarlyClose(lt, lt, deadline, 799, total, true, 0.8) == EarlyCloseDecision::kWait);
-  CHECK(DecideEarlyClose(lt + 5, lt, deadline, 999, total, false, 0.8) ==
+  CHECK(DecideEarlyClose(0, lt, deadline, 999, total, true, true, 0.8) ==
         EarlyCloseDecision::kWait);
-  CHECK(DecideEarlyClose(deadline - 1, lt, deadline, 500, total, true, 0.8) ==
+  CHECK(DecideEarlyClose(lt - 1, lt, deadline, 999, total, true, true, 0.8) ==
+        EarlyCloseDecision::kWait);
+  // Between: the fraction and every critical packet.
+  CHECK(DecideEarlyClose(lt, lt, deadline, 800, total, true, true, 0.8) ==
+        EarlyCloseDecision::kCloseFraction);
+  CHECK(DecideEarlyClose(lt, lt, deadline, 799, total, true, true, 0.8) ==
+        EarlyCloseDecision::kWait);
+  CHECK(DecideEarlyClose(lt + 5, lt, deadline, 999, total, false, true, 0.8) ==
+        EarlyCloseDecision::kWait);
+  CHECK(DecideEarlyClose(deadline - 1, lt, deadline, 500, total, true, true, 0.8) ==
+        EarlyCloseDecision::kWait);
+  // The sender's first pass still going: no fraction close (the deadline bounds it).
+  CHECK(DecideEarlyClose(lt + 5, lt, deadline, 999, total, true, false, 0.8) ==
         EarlyCloseDecision::kWait);
   // At the deadline: regardless.
-  CHECK(DecideEarlyClose(deadline, lt, deadline, 0, total, false, 0.8) ==
+  CHECK(DecideEarlyClose(deadline, lt, deadline, 0, total, false, true, 0.8) ==
         EarlyCloseDecision::kCloseDeadline);
-  CHECK(DecideEarlyClose(deadline + 1, lt, deadline, 999, total, true, 0.8) ==
+  CHECK(DecideEarlyClose(deadline + 1, lt, deadline, 999, total, true, true, 0.8) ==
         EarlyCloseDecision::kCloseDeadline);
   // Infinite thresholds (first flow of a link): wait for everything.
-  CHECK(DecideEarlyClose(1'000'000'000, UINT64_MAX, UINT64_MAX, 999, total, true, 0.8) ==
+  CHECK(DecideEarlyClose(1'000'000'000, UINT64_MAX, UINT64_MAX, 999, total, true, true, 0.8) ==
         EarlyCloseDecision::kWait);
 }
 
@@ -63,6 +69,10 @@ TEST_CASE("LT: the model until a full delivery, then the window's shortest", "[e
   // A fixed LT overrides everything.
   c.lt_fixed_us = 7'000;
   CHECK(link.LtUs(c, bytes, 20'000, 100'000'000) == 7'000);
+  // Never below lt_min (a flow that arrived in one receive batch measures ~0).
+  c.lt_fixed_us = 0;
+  link.OnFlowClosed(c, true, 0);
+  CHECK(link.LtUs(c, bytes, 20'000, 100'000'000) == c.lt_min_us);
 }
 
 TEST_CASE("bad Early Close settings are refused with the field named", "[early_close]") {

@@ -162,6 +162,7 @@ struct RecvFlow {
   uint64_t start_us = 0;               // first packet's arrival
   uint32_t critical_end = UINT32_MAX;  // seq flagged kFlagCriticalEnd, once seen
   uint32_t prefix = 0;                 // seqs [0, prefix) all received
+  bool first_pass_done = false;        // the sender sent every packet once
   uint32_t rtprop_us = 0;              // sender's latest estimates
   uint64_t btlbw_bps = 0;
   uint32_t packet_bytes = 0;    // first packet's datagram size
@@ -576,8 +577,14 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
     f.lossy = (h.flags & kFlagLossTolerant) != 0;
     f.start_us = now;
     f.packet_bytes = kHeaderBytes + h.payload_bytes;
+    if (f.lossy) {
+      f.rtprop_us = h.rtprop_us;
+      f.btlbw_bps = uint64_t(h.btlbw_kbps) * 1000;
+      f.lt_us = links[from].threshold.LtUs(early_close, uint64_t(f.total) * f.packet_bytes,
+                                           f.rtprop_us, f.btlbw_bps);
+      next_threshold_us = 0;  // the shared deadline: computed this turn
+    }
     it = recv.emplace(key, std::move(f)).first;
-    if (it->second.lossy) next_threshold_us = 0;  // compute its thresholds now
   }
   RecvFlow& f = it->second;
   if (h.total_packets != f.total || h.iteration != f.iteration ||
@@ -598,6 +605,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
   ++f.received;
   if (f.lossy) {
     if (h.flags & kFlagCriticalEnd) f.critical_end = h.seq;
+    if ((h.flags & kFlagResent) || h.seq + 1 == f.total) f.first_pass_done = true;
     while (f.prefix < f.total && f.has(f.prefix)) ++f.prefix;
     if (h.rtprop_us > 0) f.rtprop_us = h.rtprop_us;
     if (h.btlbw_kbps > 0) f.btlbw_bps = uint64_t(h.btlbw_kbps) * 1000;
@@ -606,7 +614,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
     CloseFlow(key, CloseReason::kComplete, now);
   } else if (f.lossy && now - f.start_us >= f.lt_us &&
              DecideEarlyClose(now - f.start_us, f.lt_us, f.deadline_us, f.received, f.total,
-                              f.critical_in(),
+                              f.critical_in(), f.first_pass_done,
                               early_close.min_fraction) != EarlyCloseDecision::kWait) {
     CloseFlow(
         key,
@@ -636,9 +644,11 @@ void Endpoint::Impl::CloseFlow(const RecvKey& key, CloseReason reason, uint64_t 
   QueueControl(key.peer, PacketType::kStop, about, &ack_payloads.back());
   if (f.lossy) {
     RecvLink& link = links[key.peer];
-    link.threshold.OnFlowClosed(early_close, r.complete(), f.last_us - f.start_us);
     link.estimate.peer = key.peer;
-    link.estimate.lt_us = f.lt_us;
+    // The LT this flow had by its end (the estimates in its headers moved).
+    link.estimate.lt_us = link.threshold.LtUs(early_close, uint64_t(f.total) * f.packet_bytes,
+                                              f.rtprop_us, f.btlbw_bps);
+    link.threshold.OnFlowClosed(early_close, r.complete(), f.last_us - f.start_us);
     link.estimate.last_fraction = double(f.received) / double(f.total);
     ++link.estimate.lossy_flows;
     link.estimate.packets_missing += f.total - f.received;
@@ -677,7 +687,7 @@ uint64_t Endpoint::Impl::CheckEarlyClose(uint64_t now) {
     f.deadline_us = deadline;
     const uint64_t elapsed = now - f.start_us;
     switch (DecideEarlyClose(elapsed, f.lt_us, deadline, f.received, f.total, f.critical_in(),
-                             early_close.min_fraction)) {
+                             f.first_pass_done, early_close.min_fraction)) {
       case EarlyCloseDecision::kCloseFraction:
         due.push_back({key, CloseReason::kEarlyFraction});
         continue;
@@ -880,6 +890,7 @@ void Endpoint::Impl::SendData(uint64_t now) {
       if (f.lossy) {
         h.flags |= kFlagLossTolerant;
         if (seq + 1 == f.critical_count) h.flags |= kFlagCriticalEnd;
+        if (retransmission && seq >= f.critical_count) h.flags |= kFlagResent;
       }
       h.payload_bytes = static_cast<uint16_t>(span.floats * sizeof(float));
       h.session = session.load(std::memory_order_relaxed);

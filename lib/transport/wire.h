@@ -54,8 +54,12 @@ enum PacketFlags : uint8_t {
   // critical packet is in without any extra header field.
   kFlagLossTolerant = 1 << 2,
   kFlagCriticalEnd = 1 << 3,
+  // LTP: a lost normal packet resent from the retransmission queue, which is
+  // served only once every packet went out once: the sender's first pass is over.
+  kFlagResent = 1 << 4,
 };
-constexpr uint8_t kFlagsKnown = kFlagCritical | kFlagLast | kFlagLossTolerant | kFlagCriticalEnd;
+constexpr uint8_t kFlagsKnown =
+    kFlagCritical | kFlagLast | kFlagLossTolerant | kFlagCriticalEnd | kFlagResent;
 
 struct Header {
   PacketType type = PacketType::kData;

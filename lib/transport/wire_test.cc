@@ -137,7 +137,9 @@ TEST_CASE("loss-tolerant flags decode; unknown flag bits do not", "[wire]") {
   Packet p;
   REQUIRE(Decode(d.data(), d.size(), &p) == DropReason::kNone);
   CHECK(p.header.flags == (kFlagLossTolerant | kFlagCriticalEnd | kFlagCritical));
-  d[4] = 1 << 4;
+  d[4] = kFlagResent | kFlagLossTolerant;
+  CHECK(Decode(d.data(), d.size(), &p) == DropReason::kNone);
+  d[4] = 1 << 5;
   CHECK(Decode(d.data(), d.size(), &p) == DropReason::kBadFlags);
 }
 

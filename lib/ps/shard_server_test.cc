@@ -1,0 +1,141 @@
+// ShardServer with a raw endpoint as the worker: an LTP push that loses
+// packets is bubble-filled in whole packets (never a split float) and its
+// missing elements get no update, while delivered ones get exactly theirs.
+#include "lib/ps/shard_server.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+
+#include "absl/synchronization/mutex.h"
+
+namespace hetps {
+namespace ps {
+namespace {
+
+using transport::Endpoint;
+using transport::EndpointConfig;
+using transport::FlowResult;
+using transport::Header;
+using transport::Peer;
+
+constexpr uint64_t kSession = 0xB0BB1E5ull;
+
+// The worker's side: parameters broadcast by the server, by iteration.
+class ParamSink : public transport::Receiver {
+ public:
+  explicit ParamSink(size_t n, uint32_t chunk_floats) : chunk_floats_(chunk_floats) {
+    for (auto& b : params_) b.assign(n, std::nanf(""));
+  }
+  bool AcceptFlow(const Peer&, const Header& h) override { return h.iteration < 2; }
+  void OnData(const Peer&, const Header& h, const uint8_t* payload) override {
+    absl::MutexLock lock(&mu_);
+    std::memcpy(params_[h.iteration].data() + size_t(h.chunk_id) * chunk_floats_ + h.chunk_offset,
+                payload, h.payload_bytes);
+  }
+  void OnFlowDone(const Peer&, const FlowResult& r) override {
+    absl::MutexLock lock(&mu_);
+    done_[r.iteration] = true;
+  }
+  bool Wait(uint32_t iteration, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_[iteration]; };
+    return mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  }
+  std::vector<float> params(uint32_t iteration) {
+    absl::MutexLock lock(&mu_);
+    return params_[iteration];
+  }
+
+ private:
+  const uint32_t chunk_floats_;
+  absl::Mutex mu_;
+  std::vector<float> params_[2] ABSL_GUARDED_BY(mu_);
+  bool done_[2] ABSL_GUARDED_BY(mu_) = {false, false};
+};
+
+TEST_CASE("LTP push with 30% loss: whole-packet bubbles, no update where nothing arrived",
+          "[shard_server][ltp]") {
+  const uint64_t n = 20000;
+  const uint32_t chunk = 4096;
+  ShardServerConfig sc;
+  sc.num_params = n;
+  sc.chunk_floats = chunk;
+  sc.total_iterations = 1;
+  sc.optimizer.learning_rate = 1.0f;
+  sc.optimizer.momentum = 0.0f;
+  sc.round_deadline = absl::Seconds(20);
+  sc.endpoint.session = kSession;
+  sc.endpoint.early_close.lt_fixed_us = 1000;  // close right after the first pass ...
+  sc.endpoint.early_close.min_fraction = 0.5;  // ... with half the data
+  sc.endpoint.early_close.slack_us = 10'000'000;
+  std::vector<float> init(n);
+  for (uint64_t i = 0; i < n; ++i) init[i] = 0.001f * float(i % 1000);
+  auto server = ShardServer::Create(sc, init);
+  REQUIRE(server.ok());
+
+  ParamSink sink(n, chunk);
+  EndpointConfig wc;
+  wc.session = kSession;
+  wc.packet_bytes = 1402;  // 338 floats: a datagram size that is no multiple of 4
+  wc.impairment.loss = 0.3;
+  wc.impairment.seed = 5;
+  auto worker = Endpoint::Create(wc, &sink);
+  REQUIRE(worker.ok());
+  const uint32_t pf = wc.payload_floats();
+  REQUIRE(pf == 338);
+
+  (*server)->SetWorkers({(*worker)->local()});
+  (*server)->Start();
+  REQUIRE(sink.Wait(0, absl::Seconds(20)));
+  CHECK(sink.params(0) == init);  // pull: exact despite 30% loss of its ACKs
+
+  std::vector<float> grad(n);
+  for (uint64_t i = 0; i < n; ++i) grad[i] = 1.0f + float(i % 7);
+  std::vector<transport::PacketSpan> packets;
+  for (uint32_t c = 0; c * uint64_t(chunk) < n; ++c) {
+    const uint64_t off = uint64_t(c) * chunk;
+    transport::AppendPackets(c, grad.data() + off, uint32_t(std::min<uint64_t>(chunk, n - off)), pf,
+                             true, &packets);
+  }
+  transport::SendOptions lossy;
+  lossy.loss_tolerant = true;
+  auto h = (*worker)->Send((*server)->local(), 0, std::move(packets), lossy);
+  REQUIRE(h->Wait(absl::Seconds(20)));
+  REQUIRE(sink.Wait(1, absl::Seconds(20)));
+  REQUIRE((*server)->WaitFinished(absl::Seconds(5)));
+  const std::vector<float> final = sink.params(1);
+
+  // Per packet: every element updated by exactly its gradient, or none.
+  uint64_t untouched = 0, packets_missing = 0;
+  for (uint64_t c0 = 0; c0 < n; c0 += chunk) {
+    const uint64_t cend = std::min<uint64_t>(n, c0 + chunk);
+    for (uint64_t p0 = c0; p0 < cend; p0 += pf) {
+      const uint64_t pend = std::min<uint64_t>(cend, p0 + pf);
+      const bool missing = final[p0] == init[p0];
+      packets_missing += missing;
+      for (uint64_t i = p0; i < pend; ++i) {
+        if (missing) {
+          REQUIRE(final[i] == init[i]);
+          ++untouched;
+        } else {
+          REQUIRE(final[i] == init[i] - grad[i]);
+        }
+      }
+    }
+  }
+  const ShardServerStats st = (*server)->GetStats();
+  INFO("packets missing " << packets_missing);
+  CHECK(packets_missing > 0);
+  CHECK(st.partial_pushes == 1);
+  CHECK(st.bubble_bytes == untouched * sizeof(float));
+  CHECK(st.partial_elements == untouched);
+  REQUIRE(st.last_delivered.size() == 1);
+  CHECK(st.last_delivered[0].second == Approx(1.0 - double(untouched) / n));
+  CHECK(st.last_delivered[0].second >= 0.5);
+  CHECK(h->close_reason() == transport::CloseReason::kEarlyFraction);
+}
+
+}  // namespace
+}  // namespace ps
+}  // namespace hetps
