@@ -43,6 +43,22 @@ class Psd::Jobs final : public JobRunner {
     round_seconds_ = gauge("psd_round_seconds", "Duration of the last round (open to applied).");
     aggregate_seconds_ =
         gauge("psd_aggregate_seconds", "Aggregation and optimizer time of the last round.");
+    partial_pushes_ = &prometheus::BuildCounter()
+                           .Name("psd_partial_pushes_total")
+                           .Help("LTP pushes aggregated with holes (closed early).")
+                           .Register(r)
+                           .Add({});
+    bubble_bytes_ = &prometheus::BuildCounter()
+                         .Name("psd_bubble_bytes_total")
+                         .Help(
+                             "Gradient bytes zero-filled because their packets never arrived "
+                             "(excluded from each element's average).")
+                         .Register(r)
+                         .Add({});
+    delivered_ = &prometheus::BuildGauge()
+                      .Name("psd_push_delivered_ratio")
+                      .Help("Delivered fraction of each worker's latest push.")
+                      .Register(r);
     stale_ = &prometheus::BuildCounter()
                   .Name("psd_stale_pushes_total")
                   .Help("Push flows refused: wrong iteration or not a live worker of the round.")
@@ -143,6 +159,11 @@ class Psd::Jobs final : public JobRunner {
     AdvanceCounter(rounds_deadline_, s.rounds_by_deadline, &last_.rounds_by_deadline);
     AdvanceCounter(rounds_membership_, s.rounds_by_membership, &last_.rounds_by_membership);
     AdvanceCounter(stale_, s.stale_pushes, &last_.stale_pushes);
+    AdvanceCounter(partial_pushes_, s.partial_pushes, &last_.partial_pushes);
+    AdvanceCounter(bubble_bytes_, s.bubble_bytes, &last_.bubble_bytes);
+    for (const auto& [peer, fraction] : s.last_delivered) {
+      delivered_->Add({{"worker", peer.ToString()}}).Set(fraction);
+    }
     last_.iteration = s.iteration;
     iteration_->Set(s.iteration);
     contributors_->Set(s.last_contributors);
@@ -170,7 +191,9 @@ class Psd::Jobs final : public JobRunner {
   ps::ShardServer* server_ ABSL_GUARDED_BY(mu_) = nullptr;
   ps::ShardServerStats final_ ABSL_GUARDED_BY(mu_);
   ps::ShardServerStats last_;  // agent thread only
-  prometheus::Counter *rounds_complete_, *rounds_deadline_, *rounds_membership_, *stale_;
+  prometheus::Counter *rounds_complete_, *rounds_deadline_, *rounds_membership_, *stale_,
+      *partial_pushes_, *bubble_bytes_;
+  prometheus::Family<prometheus::Gauge>* delivered_;
   prometheus::Gauge *iteration_, *contributors_, *round_seconds_, *aggregate_seconds_;
 };
 

@@ -4,6 +4,8 @@
 #include <netdb.h>
 #include <unistd.h>
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
 
@@ -109,6 +111,43 @@ TransportMetrics::TransportMetrics(prometheus::Registry& r, const std::string& p
     drops_.push_back(
         &drops.Add({{"reason", transport::DropReasonName(static_cast<transport::DropReason>(i))}}));
   }
+  deferred_retransmissions_ =
+      &prometheus::BuildCounter()
+           .Name(p + "_data_deferred_retransmissions_total")
+           .Help(
+               "LTP: lost normal packets resent from the retransmission queue, after every "
+               "new packet (included in _data_retransmissions_total).")
+           .Register(r)
+           .Add({});
+  auto& closes = prometheus::BuildCounter()
+                     .Name(p + "_data_ltp_closes_total")
+                     .Help(
+                         "Loss-tolerant flows received, by how they closed: complete, "
+                         "fraction (Early Close after LT), deadline.")
+                     .Register(r);
+  for (size_t i = 0; i < size_t(transport::CloseReason::kCount); ++i) {
+    lossy_closes_.push_back(&closes.Add(
+        {{"reason", transport::CloseReasonName(static_cast<transport::CloseReason>(i))}}));
+  }
+  packets_missing_ = &prometheus::BuildCounter()
+                          .Name(p + "_data_ltp_packets_missing_total")
+                          .Help(
+                              "Packets of loss-tolerant flows never delivered (closed early): "
+                              "bubbles the receiver zero-fills.")
+                          .Register(r)
+                          .Add({});
+  lt_ = &prometheus::BuildGauge()
+             .Name(p + "_data_link_lt_seconds")
+             .Help(
+                 "LTP: loss-tolerant threshold of each receiving link (latest flow; "
+                 "+Inf until the link has estimates).")
+             .Register(r);
+  link_fraction_ = &prometheus::BuildGauge()
+                        .Name(p + "_data_link_delivered_ratio")
+                        .Help(
+                            "LTP: delivered fraction of the latest loss-tolerant flow per "
+                            "receiving link.")
+                        .Register(r);
   btlbw_ = &prometheus::BuildGauge()
                 .Name(p + "_data_peer_btlbw_bytes_per_second")
                 .Help("Bottleneck bandwidth estimated towards each peer (windowed max).")
@@ -130,6 +169,18 @@ void TransportMetrics::Update(const transport::EndpointStats& s) {
   AdvanceCounter(impairment_dropped_, s.impairment_dropped, &last_.impairment_dropped);
   for (size_t i = 1; i < size_t(transport::DropReason::kCount); ++i) {
     AdvanceCounter(drops_[i - 1], s.drops[i], &last_.drops[i]);
+  }
+  AdvanceCounter(deferred_retransmissions_, s.deferred_retransmissions,
+                 &last_.deferred_retransmissions);
+  AdvanceCounter(packets_missing_, s.packets_missing, &last_.packets_missing);
+  for (size_t i = 0; i < size_t(transport::CloseReason::kCount); ++i) {
+    AdvanceCounter(lossy_closes_[i], s.lossy_closes[i], &last_.lossy_closes[i]);
+  }
+  for (const transport::LinkEstimate& l : s.links) {
+    const std::string peer = l.peer.ToString();
+    lt_->Add({{"peer", peer}})
+        .Set(l.lt_us == UINT64_MAX ? std::numeric_limits<double>::infinity() : l.lt_us / 1e6);
+    link_fraction_->Add({{"peer", peer}}).Set(l.last_fraction);
   }
   for (const transport::PeerEstimate& e : s.peers) {
     const std::string peer = e.peer.ToString();

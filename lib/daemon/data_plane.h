@@ -55,10 +55,14 @@ class TransportMetrics {
 
  private:
   prometheus::Counter *datagrams_sent_, *datagrams_received_, *bytes_sent_, *bytes_received_,
-      *retransmissions_, *flows_sent_, *flows_received_, *impairment_dropped_;
-  std::vector<prometheus::Counter*> drops_;  // by DropReason
+      *retransmissions_, *flows_sent_, *flows_received_, *impairment_dropped_,
+      *deferred_retransmissions_, *packets_missing_;
+  std::vector<prometheus::Counter*> lossy_closes_;  // by CloseReason
+  std::vector<prometheus::Counter*> drops_;         // by DropReason
   prometheus::Family<prometheus::Gauge>* btlbw_;
   prometheus::Family<prometheus::Gauge>* rtprop_;
+  prometheus::Family<prometheus::Gauge>* lt_;
+  prometheus::Family<prometheus::Gauge>* link_fraction_;
   transport::EndpointStats last_;
 };
 

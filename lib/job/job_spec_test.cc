@@ -21,6 +21,37 @@ TEST_CASE("epochs count iterations over each worker's shard", "[job]") {
   CHECK(j->TotalIterations(60001, 1) == 1202);  // a partial last batch counts
 }
 
+TEST_CASE("transport and the Early Close constants", "[job][ltp]") {
+  auto def = ParseJobSpec("iterations: 1\n", "job.yaml");
+  REQUIRE(def.ok());
+  CHECK(def->transport == "reliable");
+  CHECK(!def->loss_tolerant());
+  auto j = ParseJobSpec(
+      "iterations: 1\ntransport: ltp\nltp_min_delivered: 0.9\nltp_slack_ms: 100\n"
+      "ltp_lt_factor: 2\nltp_lt_fixed_ms: 7\n",
+      "job.yaml");
+  REQUIRE(j.ok());
+  CHECK(j->loss_tolerant());
+  const transport::EarlyCloseConfig ec = j->early_close();
+  CHECK(ec.min_fraction == 0.9);
+  CHECK(ec.slack_us == 100'000);
+  CHECK(ec.lt_rtprop_factor == 2);
+  CHECK(ec.lt_fixed_us == 7000);
+  CHECK(transport::ValidateEarlyCloseConfig(ec).ok());
+  // Not (yet) a transport: refused, key named.
+  auto tcp = ParseJobSpec("iterations: 1\ntransport: tcp\n", "job.yaml");
+  REQUIRE(!tcp.ok());
+  CHECK(tcp.status().message().find("transport") != std::string::npos);
+  auto zero = ParseJobSpec("iterations: 1\nltp_min_delivered: 0\n", "job.yaml");
+  REQUIRE(!zero.ok());
+  CHECK(zero.status().message().find("ltp_min_delivered") != std::string::npos);
+  // The spec's YAML round-trips the new keys.
+  auto back = ParseJobSpec(JobSpecToYaml(*j), "round-trip");
+  REQUIRE(back.ok());
+  CHECK(back->transport == "ltp");
+  CHECK(back->ltp_lt_fixed_ms == 7);
+}
+
 TEST_CASE("bad jobs are errors naming the key", "[job]") {
   auto msg = [](const char* yaml) {
     auto j = ParseJobSpec(yaml, "job.yaml");
