@@ -12,6 +12,7 @@
 #include <random>
 
 #include "absl/synchronization/mutex.h"
+#include "lib/transport/test_flows.h"
 
 namespace hetps {
 namespace transport {
@@ -50,23 +51,11 @@ class Assembler : public Receiver {
   int done_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-std::vector<float> Pattern(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+using testing::Pattern;
 
 std::vector<PacketSpan> Packets(const std::vector<float>& v, uint32_t first_chunk,
                                 uint32_t payload_floats) {
-  std::vector<PacketSpan> out;
-  for (size_t off = 0, c = first_chunk; off < v.size(); off += kChunkFloats, ++c) {
-    AppendPackets(static_cast<uint32_t>(c), v.data() + off,
-                  static_cast<uint32_t>(std::min<size_t>(kChunkFloats, v.size() - off)),
-                  payload_floats, true, &out);
-  }
-  return out;
+  return testing::ChunkPackets(v, first_chunk, kChunkFloats, payload_floats);
 }
 
 EndpointConfig Config() {

@@ -9,6 +9,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "lib/transport/endpoint.h"
+#include "lib/transport/test_flows.h"
 
 namespace hetps {
 namespace transport {
@@ -67,22 +68,10 @@ class Recorder : public Receiver {
   absl::Time done_at_ ABSL_GUARDED_BY(mu_);
 };
 
-std::vector<float> Pattern(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+using testing::Pattern;
 
 std::vector<PacketSpan> Packets(const std::vector<float>& v, uint32_t payload_floats) {
-  std::vector<PacketSpan> out;
-  for (size_t off = 0, c = 0; off < v.size(); off += kChunkFloats, ++c) {
-    AppendPackets(static_cast<uint32_t>(c), v.data() + off,
-                  static_cast<uint32_t>(std::min<size_t>(kChunkFloats, v.size() - off)),
-                  payload_floats, true, &out);
-  }
-  return out;
+  return testing::ChunkPackets(v, 0, kChunkFloats, payload_floats);
 }
 
 // Chunk-relative starts of every critical packet (first and last of each chunk).
