@@ -157,7 +157,8 @@ void ShardServer::OnData(const Peer& from, const Header& h, const uint8_t* paylo
   }
   const uint64_t at = local->second + h.chunk_offset;
   std::memcpy(slot->second.grad.data() + at, payload, h.payload_bytes);
-  slot->second.have.push_back({at, at + floats});
+  // Only a loss-tolerant push can end with holes: only its ranges are kept.
+  if (h.flags & transport::kFlagLossTolerant) slot->second.have.push_back({at, at + floats});
 }
 
 void ShardServer::OnFlowDone(const Peer& from, const transport::FlowResult& result) {

@@ -134,7 +134,7 @@ class ShardServer : public transport::Receiver {
     std::vector<float> grad;
     bool done = false;
     bool partial = false;         // closed early: `have` says what arrived
-    std::vector<ps::Range> have;  // local element ranges delivered this round
+    std::vector<ps::Range> have;  // ranges an LTP push delivered this round
   };
   absl::flat_hash_map<transport::Peer, Slot> slots_ ABSL_GUARDED_BY(mu_);
   ShardServerStats stats_ ABSL_GUARDED_BY(mu_);

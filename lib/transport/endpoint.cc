@@ -260,7 +260,9 @@ struct Endpoint::Impl {
   // Loss-tolerant flows: refresh thresholds, close what is due; returns the
   // next time a threshold passes (UINT64_MAX: none).
   uint64_t CheckEarlyClose(uint64_t now);
-  void CloseFlow(const RecvKey& key, CloseReason reason, uint64_t now);
+  void CloseFlow(const RecvKey& key, CloseReason reason);
+  // A STOP about `about`'s flow saying how it closed.
+  void QueueStop(const Peer& to, const Header& about, const StopInfo& how);
   // An ACK or STOP about `about`'s flow; `body` (ACK seq list) must live
   // until the next Flush.
   void QueueControl(const Peer& to, PacketType type, const Header& about,
@@ -557,9 +559,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
     ++stats.drops[size_t(DropReason::kReplayed)];
     QueueAck(from, h);
     if (c->second.reason != CloseReason::kComplete) {
-      ack_payloads.emplace_back(kStopPayloadBytes);
-      EncodeStop(c->second, ack_payloads.back().data());
-      QueueControl(from, PacketType::kStop, h, &ack_payloads.back());
+      QueueStop(from, h, c->second);
     }
     return;
   }
@@ -611,19 +611,23 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
     if (h.btlbw_kbps > 0) f.btlbw_bps = uint64_t(h.btlbw_kbps) * 1000;
   }
   if (f.received == f.total) {
-    CloseFlow(key, CloseReason::kComplete, now);
+    CloseFlow(key, CloseReason::kComplete);
   } else if (f.lossy && now - f.start_us >= f.lt_us &&
              DecideEarlyClose(now - f.start_us, f.lt_us, f.deadline_us, f.received, f.total,
                               f.critical_in(), f.first_pass_done,
                               early_close.min_fraction) != EarlyCloseDecision::kWait) {
-    CloseFlow(
-        key,
-        now - f.start_us >= f.deadline_us ? CloseReason::kDeadline : CloseReason::kEarlyFraction,
-        now);
+    CloseFlow(key, now - f.start_us >= f.deadline_us ? CloseReason::kDeadline
+                                                     : CloseReason::kEarlyFraction);
   }
 }
 
-void Endpoint::Impl::CloseFlow(const RecvKey& key, CloseReason reason, uint64_t now) {
+void Endpoint::Impl::QueueStop(const Peer& to, const Header& about, const StopInfo& how) {
+  ack_payloads.emplace_back(kStopPayloadBytes);
+  EncodeStop(how, ack_payloads.back().data());
+  QueueControl(to, PacketType::kStop, about, &ack_payloads.back());
+}
+
+void Endpoint::Impl::CloseFlow(const RecvKey& key, CloseReason reason) {
   auto it = recv.find(key);
   if (it == recv.end()) return;
   const RecvFlow& f = it->second;
@@ -639,9 +643,7 @@ void Endpoint::Impl::CloseFlow(const RecvKey& key, CloseReason reason, uint64_t 
   about.seq = 0;
   about.total_packets = f.total;
   about.iteration = f.iteration;
-  ack_payloads.emplace_back(kStopPayloadBytes);
-  EncodeStop(how, ack_payloads.back().data());
-  QueueControl(key.peer, PacketType::kStop, about, &ack_payloads.back());
+  QueueStop(key.peer, about, how);
   if (f.lossy) {
     RecvLink& link = links[key.peer];
     link.estimate.peer = key.peer;
@@ -655,7 +657,6 @@ void Endpoint::Impl::CloseFlow(const RecvKey& key, CloseReason reason, uint64_t 
     ++stats.lossy_closes[size_t(reason)];
     stats.packets_missing += f.total - f.received;
   }
-  (void)now;
   CloseRecv(key, how);
   ++stats.flows_received;
   receiver->OnFlowDone(key.peer, r);
@@ -702,7 +703,7 @@ uint64_t Endpoint::Impl::CheckEarlyClose(uint64_t now) {
     if (elapsed < f.lt_us && f.lt_us != UINT64_MAX) next = std::min(next, f.start_us + f.lt_us);
     if (deadline != UINT64_MAX) next = std::min(next, f.start_us + deadline);
   }
-  for (const auto& [key, reason] : due) CloseFlow(key, reason, now);
+  for (const auto& [key, reason] : due) CloseFlow(key, reason);
   // Estimates in the headers move LT: look again soon while flows are open.
   return std::min(next, now + 1000);
 }
@@ -843,7 +844,6 @@ void Endpoint::Impl::SendData(uint64_t now) {
         seq = f.next_new++;
       } else if (!f.rq.empty()) {
         from_queue = &f.rq;
-        ++stats.deferred_retransmissions;
       }
       if (from_queue != nullptr) {
         seq = from_queue->front();
@@ -862,7 +862,6 @@ void Endpoint::Impl::SendData(uint64_t now) {
         if (retransmission) {
           from_queue->push_front(seq);
           f.state[seq].queued_retx = true;
-          if (from_queue == &f.rq) --stats.deferred_retransmissions;
         } else {
           --f.next_new;
         }
@@ -877,6 +876,7 @@ void Endpoint::Impl::SendData(uint64_t now) {
       ps.inflight.push_back({fid, seq, st.tx_seq, now});
       if (retransmission) {
         ++stats.retransmissions;
+        if (from_queue == &f.rq) ++stats.deferred_retransmissions;
         f.handle->retransmissions_.fetch_add(1);
       }
       ++stats.data_packets_sent;
