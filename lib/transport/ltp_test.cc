@@ -128,6 +128,13 @@ TEST_CASE("LTP: critical packets always arrive under 30% loss; the flow closes a
   EndpointConfig cc = Config();
   cc.impairment.loss = 0.3;
   cc.impairment.seed = 4;
+  // At 20 Mbit/s the first pass takes ~0.4 s: lost critical packets (the
+  // first 128 sent) are resent, perhaps more than once at an RTO each, long
+  // before the deferred retransmissions could complete the flow. Unpaced on
+  // loopback, RQ could drain before the last critical resend and the flow
+  // would close complete instead of at the fraction.
+  cc.congestion.initial_rate_bps = 20'000'000;
+  cc.congestion.rate_bps_max = 20'000'000;
   auto client = Endpoint::Create(cc, nullptr);
   REQUIRE(client.ok());
   const auto data = Pattern(n, 5);
