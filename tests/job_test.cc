@@ -167,6 +167,22 @@ TEST_CASE("Bad specs are refused with the key named; cancel stops a job; the nex
   INFO(j.message());
   CHECK(j.state() == v1::JOB_STATE_SUCCEEDED);
   CHECK(j.iteration() == 50);
+
+  // The same daemons run the next job over kernel TCP (transport: tcp).
+  ProcessResult tcp = Psctl(
+      c,
+      {"job", "submit", WriteJob(c, "tcp.yaml", "model: mlp\niterations: 30\ntransport: tcp\n")});
+  INFO(tcp.stderr_text);
+  REQUIRE(tcp.exit_code == 0);
+  REQUIRE(WaitFor(
+      [&] {
+        j = GetJob(c);
+        return Ended(j);
+      },
+      absl::Seconds(60)));
+  INFO(j.message());
+  CHECK(j.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(j.iteration() == 30);
 }
 
 }  // namespace testing

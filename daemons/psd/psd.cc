@@ -83,7 +83,9 @@ class Psd::Jobs final : public JobRunner {
     ASSIGN_OR_RETURN(std::unique_ptr<train::Model> model,
                      train::Model::Create(model_spec, cpu.get(), 1));
     const std::vector<float> init = model->InitialParameters(spec.seed);
-    psd_->endpoint_->SetSession(a.session());
+    ASSIGN_OR_RETURN(
+        transport::Transport * data,
+        SelectJobTransport(spec, a.session(), psd_->endpoint_.get(), psd_->tcp_.get()));
     MarkReady();
 
     v1::JobAssignment latest = a;
@@ -98,10 +100,10 @@ class Psd::Jobs final : public JobRunner {
     c.optimizer = spec.optimizer_config();
     c.total_iterations = static_cast<uint32_t>(latest.total_iterations());
     c.round_deadline = absl::Milliseconds(spec.round_deadline_ms);
-    c.endpoint = psd_->endpoint_->config();
+    c.endpoint = data->config();
     c.endpoint.early_close = spec.early_close();
     ASSIGN_OR_RETURN(std::unique_ptr<ps::ShardServer> server,
-                     ps::ShardServer::Create(c, init, psd_->endpoint_.get()));
+                     ps::ShardServer::Create(c, init, data));
     ASSIGN_OR_RETURN(std::vector<transport::Peer> workers, LiveWorkers(latest));
     server->SetWorkers(workers);
     {
@@ -171,7 +173,9 @@ class Psd::Jobs final : public JobRunner {
     aggregate_seconds_->Set(s.last_aggregate_ms / 1e3);
   }
 
-  void OnHeartbeatTick() override { data_metrics_.Update(psd_->endpoint_->GetStats()); }
+  void OnHeartbeatTick() override {
+    data_metrics_.Update(CombinedStats(*psd_->endpoint_, psd_->tcp_.get()));
+  }
 
  private:
   static absl::StatusOr<std::vector<transport::Peer>> LiveWorkers(const v1::JobAssignment& a) {
@@ -202,6 +206,7 @@ absl::StatusOr<std::unique_ptr<Psd>> Psd::Create(const PsdConfig& config, const 
   ASSIGN_OR_RETURN(d->runtime_, NodeRuntime::Create("psd", NodeRole::kServer, config.common, env));
   ASSIGN_OR_RETURN(d->endpoint_, CreateDataEndpoint(config.data, config.common.advertise_host,
                                                     &d->mux_, &d->data_address_));
+  ASSIGN_OR_RETURN(d->tcp_, CreateTcpDataEndpoint(config.data, *d->endpoint_, &d->mux_));
   return d;
 }
 
@@ -232,6 +237,7 @@ void Psd::Shutdown() {
   if (agent_) agent_->Stop();
   if (jobs_) jobs_->Shutdown();
   if (endpoint_) endpoint_->Shutdown();
+  if (tcp_) tcp_->Shutdown();
   if (runtime_) runtime_->StopControl();
 }
 

@@ -48,6 +48,7 @@ class Psd final : public Daemon {
   std::unique_ptr<NodeRuntime> runtime_;
   transport::ReceiverMux mux_;
   std::unique_ptr<transport::Endpoint> endpoint_;
+  std::unique_ptr<transport::TcpEndpoint> tcp_;  // null with data_tcp: false
   std::string data_address_;
   std::unique_ptr<Jobs> jobs_;
   std::unique_ptr<SchedulerAgent> agent_;

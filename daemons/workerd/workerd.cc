@@ -77,7 +77,9 @@ class Workerd::Jobs final : public JobRunner {
       ASSIGN_OR_RETURN(transport::Peer p, transport::ResolvePeer(hp));
       c.servers.push_back(p);
     }
-    c.endpoint = w_->endpoint_->config();
+    ASSIGN_OR_RETURN(transport::Transport * data,
+                     SelectJobTransport(spec, a.session(), w_->endpoint_.get(), w_->tcp_.get()));
+    c.endpoint = data->config();
     c.evaluate = rank == 0;
     // Rounds start once every member is ready: allow for slow starters.
     c.pull_timeout = absl::Seconds(120);
@@ -86,9 +88,7 @@ class Workerd::Jobs final : public JobRunner {
       train::SetCpuThreads(static_cast<int>(w_->config_.cpu_threads));
     }
     ASSIGN_OR_RETURN(std::unique_ptr<train::Backend> backend, train::CreateBackend(kind));
-    w_->endpoint_->SetSession(a.session());
-    ASSIGN_OR_RETURN(std::unique_ptr<BspWorker> worker,
-                     BspWorker::Create(c, backend.get(), w_->endpoint_.get()));
+    ASSIGN_OR_RETURN(std::unique_ptr<BspWorker> worker, BspWorker::Create(c, backend.get(), data));
     {
       absl::MutexLock lock(&mu_);
       worker_ = worker.get();
@@ -161,7 +161,9 @@ class Workerd::Jobs final : public JobRunner {
     AdvanceCounter(skipped_, p.skipped, &last_.skipped);
   }
 
-  void OnHeartbeatTick() override { data_metrics_.Update(w_->endpoint_->GetStats()); }
+  void OnHeartbeatTick() override {
+    data_metrics_.Update(CombinedStats(*w_->endpoint_, w_->tcp_.get()));
+  }
 
  private:
   WorkerProgress progress_snapshot() {
@@ -188,6 +190,7 @@ absl::StatusOr<std::unique_ptr<Workerd>> Workerd::Create(const WorkerdConfig& co
                    NodeRuntime::Create("workerd", NodeRole::kWorker, config.common, env));
   ASSIGN_OR_RETURN(d->endpoint_, CreateDataEndpoint(config.data, config.common.advertise_host,
                                                     &d->mux_, &d->data_address_));
+  ASSIGN_OR_RETURN(d->tcp_, CreateTcpDataEndpoint(config.data, *d->endpoint_, &d->mux_));
   return d;
 }
 
@@ -216,6 +219,7 @@ void Workerd::Shutdown() {
   if (agent_) agent_->Stop();
   if (jobs_) jobs_->Shutdown();
   if (endpoint_) endpoint_->Shutdown();
+  if (tcp_) tcp_->Shutdown();
   if (runtime_) runtime_->StopControl();
 }
 

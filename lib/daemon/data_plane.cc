@@ -23,6 +23,8 @@ void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* c) {
                "Send runs of equal-sized datagrams with UDP GSO (off where a shaper or filter on "
                "this host must see each datagram before the device segments it).");
   schema->Bool("data_gro", &c->data_gro, "Receive coalesced runs of datagrams with UDP GRO.");
+  schema->Bool("data_tcp", &c->data_tcp,
+               "Also accept kernel-TCP data flows (jobs with transport: tcp) on the data port.");
 }
 
 absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
@@ -72,6 +74,52 @@ absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
   advertised.port = ntohs((*ep)->local().port);
   *data_address = advertised.ToString();
   return ep;
+}
+
+absl::StatusOr<std::unique_ptr<transport::TcpEndpoint>> CreateTcpDataEndpoint(
+    const DataPlaneConfig& c, const transport::Endpoint& udp, transport::Receiver* receiver) {
+  if (!c.data_tcp) return std::unique_ptr<transport::TcpEndpoint>();
+  transport::EndpointConfig ec = udp.config();
+  ec.bind.port = ntohs(udp.local().port);
+  absl::StatusOr<std::unique_ptr<transport::TcpEndpoint>> tcp =
+      transport::TcpEndpoint::Create(ec, receiver);
+  if (!tcp.ok()) {
+    return absl::Status(
+        tcp.status().code(),
+        absl::StrCat("data_listen ", c.data_listen, " (TCP): ", tcp.status().message(),
+                     "; set data_tcp: false to run without the TCP transport"));
+  }
+  return tcp;
+}
+
+absl::StatusOr<transport::Transport*> SelectJobTransport(const JobSpec& spec, uint64_t session,
+                                                         transport::Endpoint* udp,
+                                                         transport::TcpEndpoint* tcp) {
+  udp->SetSession(session);
+  if (tcp != nullptr) tcp->SetSession(session);
+  if (transport::TransportKindFor(spec.transport) == transport::TransportKind::kUdp) return udp;
+  if (tcp == nullptr) {
+    return absl::FailedPreconditionError(
+        "the job's transport is tcp but this node runs with data_tcp: false");
+  }
+  RETURN_IF_ERROR(tcp->SetCongestion(spec.tcp_congestion_name()));
+  return tcp;
+}
+
+transport::EndpointStats CombinedStats(const transport::Endpoint& udp,
+                                       const transport::TcpEndpoint* tcp) {
+  transport::EndpointStats s = udp.GetStats();
+  if (tcp == nullptr) return s;
+  const transport::EndpointStats t = tcp->GetStats();
+  s.bytes_sent += t.bytes_sent;
+  s.bytes_received += t.bytes_received;
+  s.data_packets_sent += t.data_packets_sent;
+  s.retransmissions += t.retransmissions;
+  s.flows_sent += t.flows_sent;
+  s.flows_received += t.flows_received;
+  for (size_t i = 0; i < s.drops.size(); ++i) s.drops[i] += t.drops[i];
+  s.peers.insert(s.peers.end(), t.peers.begin(), t.peers.end());
+  return s;
 }
 
 TransportMetrics::TransportMetrics(prometheus::Registry& r, const std::string& p) {

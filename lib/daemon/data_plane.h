@@ -13,7 +13,8 @@
 
 #include "absl/status/statusor.h"
 #include "lib/config/config.h"
-#include "lib/transport/endpoint.h"
+#include "lib/job/job_spec.h"
+#include "lib/transport/tcp_endpoint.h"
 
 namespace hetps {
 
@@ -23,6 +24,7 @@ struct DataPlaneConfig {
   int64_t data_socket_buffer_bytes = 8 << 20;
   bool data_gso = true;  // UDP_SEGMENT on send (udp_socket.h)
   bool data_gro = true;  // UDP_GRO on receive
+  bool data_tcp = true;  // also listen for kernel-TCP flows (transport: tcp) on the same port
 };
 
 void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* config);
@@ -33,6 +35,23 @@ void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* config);
 absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
     const DataPlaneConfig& config, const std::string& advertise_host, transport::Receiver* receiver,
     std::string* data_address);
+
+// The kernel-TCP data plane beside the UDP one, on the same address and
+// port (TCP and UDP ports are separate), for jobs with transport: tcp. Null
+// when data_tcp is off.
+absl::StatusOr<std::unique_ptr<transport::TcpEndpoint>> CreateTcpDataEndpoint(
+    const DataPlaneConfig& config, const transport::Endpoint& udp, transport::Receiver* receiver);
+
+// The transport a job runs over (UDP for reliable and ltp, TCP for tcp),
+// with the job's session token set on both and its congestion control on
+// TCP. An error when the job wants TCP and this node has it off.
+absl::StatusOr<transport::Transport*> SelectJobTransport(const JobSpec& spec, uint64_t session,
+                                                         transport::Endpoint* udp,
+                                                         transport::TcpEndpoint* tcp);
+
+// Both transports' counters summed: one set of <prefix>_data_* metrics.
+transport::EndpointStats CombinedStats(const transport::Endpoint& udp,
+                                       const transport::TcpEndpoint* tcp);
 
 // Advances a Prometheus counter to a cumulative value kept elsewhere:
 // increments by now - *last (nothing when the source went backwards, e.g. a

@@ -59,6 +59,8 @@ struct Cluster {
       c.endpoint = ec;
       c.endpoint.impairment.seed = ++seed;
       c.endpoint.early_close = job.early_close();
+      c.endpoint.tcp_congestion = job.tcp_congestion_name();
+      c.transport = transport::TransportKindFor(job.transport);
       auto sv = ps::ShardServer::Create(c, init);
       REQUIRE(sv.ok());
       (*sv)->SetWorkers(worker_peers);
@@ -106,7 +108,9 @@ TEST_CASE("one worker through the cluster equals single-process training exactly
 }
 
 TEST_CASE("two workers, two servers: BSP equals training on the combined batch", "[bsp]") {
-  const JobSpec job = SmallJob(25);
+  JobSpec job = SmallJob(25);
+  job.transport = GENERATE("reliable", "tcp");  // the same job over UDP or kernel TCP
+  INFO("transport " << job.transport);
   Cluster c(job, 2, 2, absl::Seconds(10));
   c.Start();
   std::thread second([&] { CHECK(c.workers[1]->Run(0, nullptr).ok()); });

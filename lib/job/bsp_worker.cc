@@ -16,7 +16,7 @@ BspWorker::BspWorker(const BspWorkerConfig& config) : config_(config) {}
 
 absl::StatusOr<std::unique_ptr<BspWorker>> BspWorker::Create(const BspWorkerConfig& config,
                                                              train::Backend* backend,
-                                                             transport::Endpoint* shared) {
+                                                             transport::Transport* shared) {
   if (config.workers == 0 || config.rank >= config.workers) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker rank ", config.rank, " of ", config.workers, " workers"));
@@ -47,7 +47,11 @@ absl::StatusOr<std::unique_ptr<BspWorker>> BspWorker::Create(const BspWorkerConf
   if (shared != nullptr) {
     w->endpoint_ = shared;
   } else {
-    ASSIGN_OR_RETURN(w->own_endpoint_, transport::Endpoint::Create(config.endpoint, w.get()));
+    transport::EndpointConfig ec = config.endpoint;
+    if (ec.tcp_congestion.empty()) ec.tcp_congestion = config.job.tcp_congestion_name();
+    ASSIGN_OR_RETURN(
+        w->own_endpoint_,
+        transport::CreateTransport(transport::TransportKindFor(config.job.transport), ec, w.get()));
     w->endpoint_ = w->own_endpoint_.get();
   }
   return w;

@@ -8,7 +8,7 @@
 // worker falls behind (a round closed at its deadline without it), it jumps
 // to the newest parameters the servers sent; its stale pushes are refused.
 //
-// Threads: Run() on the caller's thread; the Endpoint's thread delivers
+// Threads: Run() on the caller's thread; the transport's thread delivers
 // parameters under mu_. Stop() may be called from any thread.
 #ifndef HETPS_LIB_JOB_BSP_WORKER_H_
 #define HETPS_LIB_JOB_BSP_WORKER_H_
@@ -25,7 +25,7 @@
 #include "lib/job/job_spec.h"
 #include "lib/ps/chunk_map.h"
 #include "lib/train/model.h"
-#include "lib/transport/endpoint.h"
+#include "lib/transport/tcp_endpoint.h"
 
 namespace hetps {
 
@@ -60,7 +60,7 @@ class BspWorker : public transport::Receiver {
   // a ReceiverMux) and detaches it before destroying the worker.
   static absl::StatusOr<std::unique_ptr<BspWorker>> Create(const BspWorkerConfig& config,
                                                            train::Backend* backend,
-                                                           transport::Endpoint* shared = nullptr);
+                                                           transport::Transport* shared = nullptr);
   ~BspWorker() override;
 
   transport::Peer local() const { return endpoint_->local(); }
@@ -94,8 +94,8 @@ class BspWorker : public transport::Receiver {
   std::unique_ptr<ShardSampler> sampler_;
   std::unique_ptr<ps::ChunkLayout> layout_;
   std::unique_ptr<ps::ChunkMap> map_;
-  std::unique_ptr<transport::Endpoint> own_endpoint_;
-  transport::Endpoint* endpoint_ = nullptr;  // own_endpoint_ or the shared one
+  std::unique_ptr<transport::Transport> own_endpoint_;
+  transport::Transport* endpoint_ = nullptr;  // own_endpoint_ or the shared one
   std::vector<float> params_, grad_;
   train::EvalResult final_eval_;
   int64_t total_ = 0;

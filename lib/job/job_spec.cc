@@ -35,8 +35,12 @@ void Bind(ConfigSchema& s, JobSpec& j) {
         "a round closes with the workers that arrived by then", 10, 3'600'000);
   s.Enum("backend", &j.backend, "compute backend on workers", {"auto", "cpu", "cuda"});
   s.Enum("transport", &j.transport,
-         "gradient push transport: reliable, or ltp (loss-tolerant, Early Close)",
-         {"reliable", "ltp"});
+         "data transport: reliable (UDP), ltp (loss-tolerant pushes, Early Close), or tcp "
+         "(kernel TCP, the baseline)",
+         {"reliable", "ltp", "tcp"});
+  s.Enum("tcp_congestion", &j.tcp_congestion,
+         "tcp: congestion control of every connection (default: the kernel's)",
+         {"default", "cubic", "bbr", "reno"});
   s.Double("ltp_min_delivered", &j.ltp_min_delivered,
            "ltp: delivered fraction that lets a push close after the LT threshold", 0.01, 1);
   s.Int("ltp_slack_ms", &j.ltp_slack_ms, "ltp: deadline = max(LT) + this (30 DC, 100 WAN)", 0,
@@ -76,6 +80,10 @@ train::OptimizerConfig JobSpec::optimizer_config() const {
   c.epsilon = static_cast<float>(epsilon);
   c.weight_decay = static_cast<float>(weight_decay);
   return c;
+}
+
+std::string JobSpec::tcp_congestion_name() const {
+  return tcp_congestion == "default" ? "" : tcp_congestion;
 }
 
 transport::EarlyCloseConfig JobSpec::early_close() const {

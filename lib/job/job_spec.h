@@ -38,15 +38,19 @@ struct JobSpec {
   int64_t eval_samples = 10000;      // test samples per evaluation (first N of the test split)
   int64_t round_deadline_ms = 5000;  // a BSP round closes with whoever arrived by then
   std::string backend = "auto";      // auto | cpu | cuda
-  // Gradient push transport: reliable (every packet) or ltp (loss-tolerant:
-  // Early Close, bubble-filling, unbiased aggregation). Pull is always reliable.
+  // Data transport: reliable (UDP, every packet), ltp (loss-tolerant
+  // pushes: Early Close, bubble-filling, unbiased aggregation; pull is always
+  // reliable) or tcp (kernel TCP with tcp_congestion: the baseline).
   std::string transport = "reliable";
-  double ltp_min_delivered = 0.8;  // Early Close: fraction needed after the LT threshold
-  int64_t ltp_slack_ms = 30;       // C: deadline = max(LT) + C (30 datacenter, 100 WAN)
-  double ltp_lt_factor = 1.5;      // initial LT = factor x RTprop + size / BtlBw
-  int64_t ltp_lt_fixed_ms = 0;     // > 0: fixed LT instead of the measured one
+  std::string tcp_congestion = "default";  // default | cubic | bbr | reno
+  double ltp_min_delivered = 0.8;          // Early Close: fraction needed after the LT threshold
+  int64_t ltp_slack_ms = 30;               // C: deadline = max(LT) + C (30 datacenter, 100 WAN)
+  double ltp_lt_factor = 1.5;              // initial LT = factor x RTprop + size / BtlBw
+  int64_t ltp_lt_fixed_ms = 0;             // > 0: fixed LT instead of the measured one
 
   bool loss_tolerant() const { return transport == "ltp"; }
+  // TCP_CONGESTION name for the tcp transport ("" = the kernel default).
+  std::string tcp_congestion_name() const;
   transport::EarlyCloseConfig early_close() const;
 
   train::OptimizerConfig optimizer_config() const;

@@ -38,10 +38,18 @@ TEST_CASE("transport and the Early Close constants", "[job][ltp]") {
   CHECK(ec.lt_rtprop_factor == 2);
   CHECK(ec.lt_fixed_us == 7000);
   CHECK(transport::ValidateEarlyCloseConfig(ec).ok());
-  // Not (yet) a transport: refused, key named.
-  auto tcp = ParseJobSpec("iterations: 1\ntransport: tcp\n", "job.yaml");
-  REQUIRE(!tcp.ok());
-  CHECK(tcp.status().message().find("transport") != std::string::npos);
+  // Kernel TCP with a chosen congestion control; unknown ones refused.
+  auto tcp = ParseJobSpec("iterations: 1\ntransport: tcp\ntcp_congestion: cubic\n", "job.yaml");
+  REQUIRE(tcp.ok());
+  CHECK(!tcp->loss_tolerant());
+  CHECK(tcp->tcp_congestion_name() == "cubic");
+  CHECK(ParseJobSpec("iterations: 1\n", "job.yaml")->tcp_congestion_name().empty());
+  auto quic = ParseJobSpec("iterations: 1\ntransport: quic\n", "job.yaml");
+  REQUIRE(!quic.ok());
+  CHECK(quic.status().message().find("transport") != std::string::npos);
+  auto vegas = ParseJobSpec("iterations: 1\ntcp_congestion: vegas\n", "job.yaml");
+  REQUIRE(!vegas.ok());
+  CHECK(vegas.status().message().find("tcp_congestion") != std::string::npos);
   auto zero = ParseJobSpec("iterations: 1\nltp_min_delivered: 0\n", "job.yaml");
   REQUIRE(!zero.ok());
   CHECK(zero.status().message().find("ltp_min_delivered") != std::string::npos);
@@ -50,6 +58,10 @@ TEST_CASE("transport and the Early Close constants", "[job][ltp]") {
   REQUIRE(back.ok());
   CHECK(back->transport == "ltp");
   CHECK(back->ltp_lt_fixed_ms == 7);
+  auto tcp_back = ParseJobSpec(JobSpecToYaml(*tcp), "round-trip");
+  REQUIRE(tcp_back.ok());
+  CHECK(tcp_back->transport == "tcp");
+  CHECK(tcp_back->tcp_congestion == "cubic");
 }
 
 TEST_CASE("bad jobs are errors naming the key", "[job]") {

@@ -20,7 +20,7 @@ ShardServer::ShardServer(const ShardServerConfig& config, ChunkLayout layout, Ch
 
 absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
     const ShardServerConfig& config, absl::Span<const float> initial_params,
-    transport::Endpoint* shared) {
+    transport::Transport* shared) {
   if (initial_params.size() != config.num_params) {
     return absl::InvalidArgumentError(absl::StrCat("shard server: ", initial_params.size(),
                                                    " initial parameters for a model of ",
@@ -51,7 +51,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
     // This job's Early Close settings for the pushes it receives.
     RETURN_IF_ERROR(shared->SetEarlyClose(config.endpoint.early_close));
   } else {
-    ASSIGN_OR_RETURN(s->own_endpoint_, transport::Endpoint::Create(config.endpoint, s.get()));
+    ASSIGN_OR_RETURN(s->own_endpoint_,
+                     transport::CreateTransport(config.transport, config.endpoint, s.get()));
     s->endpoint_ = s->own_endpoint_.get();
   }
   return s;

@@ -12,7 +12,7 @@
 // After the last round it broadcasts the final parameters (iteration =
 // total_iterations) and finishes.
 //
-// Threads: the Endpoint's thread delivers packets (Receiver callbacks); one
+// Threads: the transport's thread delivers packets (Receiver callbacks); one
 // round thread runs the loop above. Shared round state is under mu_.
 // Start/Stop/SetWorkers/GetStats are thread-safe.
 #ifndef HETPS_LIB_PS_SHARD_SERVER_H_
@@ -31,7 +31,7 @@
 #include "lib/ps/aggregate.h"
 #include "lib/ps/chunk_map.h"
 #include "lib/train/optimizer.h"
-#include "lib/transport/endpoint.h"
+#include "lib/transport/tcp_endpoint.h"
 
 namespace hetps {
 namespace ps {
@@ -45,6 +45,9 @@ struct ShardServerConfig {
   uint32_t total_iterations = 0;
   absl::Duration round_deadline = absl::Seconds(5);
   transport::EndpointConfig endpoint;
+  // The transport it creates when none is shared: UDP (reliable and ltp
+  // jobs) or kernel TCP (tcp jobs).
+  transport::TransportKind transport = transport::TransportKind::kUdp;
 };
 
 struct ShardServerStats {
@@ -74,13 +77,13 @@ class ShardServer : public transport::Receiver {
   // daemon's long-lived endpoint, not owned): the caller then routes the
   // endpoint's Receiver callbacks here and detaches them before destroying
   // the server, which cancels and waits out its own flows first.
-  static absl::StatusOr<std::unique_ptr<ShardServer>> Create(const ShardServerConfig& config,
-                                                             absl::Span<const float> initial_params,
-                                                             transport::Endpoint* shared = nullptr);
+  static absl::StatusOr<std::unique_ptr<ShardServer>> Create(
+      const ShardServerConfig& config, absl::Span<const float> initial_params,
+      transport::Transport* shared = nullptr);
   ~ShardServer() override;
 
   transport::Peer local() const { return endpoint_->local(); }
-  transport::Endpoint& endpoint() { return *endpoint_; }
+  transport::Transport& endpoint() { return *endpoint_; }
 
   // The live workers, by rank. Removing a worker closes a round waiting for
   // it; adding one includes it from the next round.
@@ -113,8 +116,8 @@ class ShardServer : public transport::Receiver {
   std::vector<uint32_t> owned_;                  // chunk ids, ascending
   absl::flat_hash_map<uint32_t, size_t> local_;  // chunk id -> local offset
   size_t floats_ = 0;
-  std::unique_ptr<transport::Endpoint> own_endpoint_;
-  transport::Endpoint* endpoint_ = nullptr;  // own_endpoint_ or the shared one
+  std::unique_ptr<transport::Transport> own_endpoint_;
+  transport::Transport* endpoint_ = nullptr;  // own_endpoint_ or the shared one
   std::unique_ptr<train::OptimizerState> optimizer_;
   std::vector<float> params_;        // round thread only
   std::vector<float> broadcast_[2];  // snapshots being sent, double-buffered

@@ -34,6 +34,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -82,6 +83,9 @@ struct EndpointConfig {
   CongestionConfig congestion;
   ImpairmentConfig impairment;
   EarlyCloseConfig early_close;  // for loss-tolerant flows this endpoint receives
+  // TcpEndpoint only: congestion control set on each connection with
+  // TCP_CONGESTION ("cubic", "bbr", ...); empty: the kernel's default.
+  std::string tcp_congestion;
 
   // Floats per packet for this packet size.
   uint32_t payload_floats() const {
@@ -125,6 +129,7 @@ class SendHandle {
 
  private:
   friend class Endpoint;
+  friend class TcpEndpoint;
   void Finish(absl::Status s);
   uint32_t flow_id_ = 0;
   absl::Time started_;
@@ -201,38 +206,61 @@ struct EndpointStats {
   std::vector<LinkEstimate> links;
 };
 
-class Endpoint {
+// What psd and workerd send and receive flows through: the UDP Endpoint
+// below (reliable and loss-tolerant flows, the project's own protocol) or
+// TcpEndpoint (tcp_endpoint.h, kernel TCP, the baseline). Same flows, same
+// Receiver callbacks, same handles; thread-safe.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual Peer local() const = 0;
+  virtual const EndpointConfig& config() const = 0;
+  // Queues a flow. Fails (handle done with an error) when send_flows_max
+  // flows are already active or the flow is empty or too long.
+  virtual std::shared_ptr<SendHandle> Send(const Peer& to, uint32_t iteration,
+                                           std::vector<PacketSpan> packets,
+                                           SendOptions options = {}) = 0;
+  // Abandons a flow (its handle finishes with CANCELLED).
+  virtual void Cancel(const std::shared_ptr<SendHandle>& handle) = 0;
+  virtual EndpointStats GetStats() const = 0;
+  // Changes the session token for packets sent and accepted from now on
+  // (a daemon's transport outlives jobs; each job has its own token).
+  virtual void SetSession(uint64_t session) = 0;
+  virtual uint64_t session() const = 0;
+  // Replaces the Early Close settings for loss-tolerant flows received from
+  // now on (a job's settings); a transport without early close accepts and
+  // ignores them.
+  virtual absl::Status SetEarlyClose(const EarlyCloseConfig& config) = 0;
+  // Stops the transport's thread; unfinished flows finish with CANCELLED.
+  // Idempotent.
+  virtual void Shutdown() = 0;
+};
+
+class Endpoint final : public Transport {
  public:
   // Binds the socket and starts the endpoint thread. `receiver` may be null
   // (send-only); it must outlive the endpoint.
   static absl::StatusOr<std::unique_ptr<Endpoint>> Create(const EndpointConfig& config,
                                                           Receiver* receiver);
-  ~Endpoint();  // Shutdown()
+  ~Endpoint() override;  // Shutdown()
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
 
-  Peer local() const { return local_; }
-  const EndpointConfig& config() const { return config_; }
+  Peer local() const override { return local_; }
+  const EndpointConfig& config() const override { return config_; }
 
-  // Queues a flow. Fails (handle done with an error) when send_flows_max
-  // flows are already active or the flow is empty or too long.
   // A loss-tolerant flow's packets are sent critical ones first (their
   // order among themselves and among the others is kept).
   std::shared_ptr<SendHandle> Send(const Peer& to, uint32_t iteration,
-                                   std::vector<PacketSpan> packets, SendOptions options = {});
-  // Abandons a flow (its handle finishes with CANCELLED).
-  void Cancel(const std::shared_ptr<SendHandle>& handle);
+                                   std::vector<PacketSpan> packets,
+                                   SendOptions options = {}) override;
+  void Cancel(const std::shared_ptr<SendHandle>& handle) override;
 
-  EndpointStats GetStats() const;
-  // Changes the session token for datagrams sent and accepted from now on
-  // (a daemon's endpoint outlives jobs; each job has its own token).
-  void SetSession(uint64_t session);
-  uint64_t session() const;
-  // Replaces the Early Close settings for loss-tolerant flows received from
-  // now on (a job's settings; the endpoint outlives jobs).
-  absl::Status SetEarlyClose(const EarlyCloseConfig& config);
-  // Stops the thread; unfinished flows finish with CANCELLED. Idempotent.
-  void Shutdown();
+  EndpointStats GetStats() const override;
+  void SetSession(uint64_t session) override;
+  uint64_t session() const override;
+  absl::Status SetEarlyClose(const EarlyCloseConfig& config) override;
+  void Shutdown() override;
 
   struct Impl;  // internal, defined in endpoint.cc
 
