@@ -20,8 +20,11 @@ PACKAGES=(
   catch2 prometheus curl
   # Fuzzing: clang with libFuzzer and the sanitizer runtimes.
   clang-14 libclang-rt-14-dev
-  # Network testbed tools (ip netns, tc, nft) and process utilities.
-  iproute2 procps
+  # Network testbed (deploy/testbed): ip netns, tc, nft, iptables (NFQUEUE),
+  # offload switches,
+  # user-level ping, and libnetfilter-queue for the delay program
+  # (tools/nfqdelay.cc); process utilities.
+  iproute2 nftables iptables ethtool iputils-ping libnetfilter-queue-dev procps
 )
 
 missing=()

@@ -48,6 +48,20 @@ void AppendPackets(uint32_t chunk_id, const float* data, uint32_t floats, uint32
   }
 }
 
+absl::Status ValidateFlow(const std::vector<PacketSpan>& packets, uint32_t payload_floats) {
+  if (packets.empty() || packets.size() > kFlowPacketsMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a flow needs 1 to ", kFlowPacketsMax, " packets"));
+  }
+  for (const PacketSpan& p : packets) {
+    if (p.floats == 0 || p.floats > payload_floats || p.data == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("packet of ", p.floats, " floats (1 to ", payload_floats, " allowed)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // ---- SendHandle ----------------------------------------------------------
 
 bool SendHandle::Wait(absl::Duration timeout) {
@@ -331,18 +345,9 @@ std::shared_ptr<SendHandle> Endpoint::Send(const Peer& to, uint32_t iteration,
   auto handle = std::make_shared<SendHandle>();
   handle->started_ = absl::Now();
   handle->flow_id_ = impl_->flow_counter.fetch_add(1);
-  const uint32_t payload_floats = config_.payload_floats();
-  if (packets.empty() || packets.size() > kFlowPacketsMax) {
-    handle->Finish(absl::InvalidArgumentError(
-        absl::StrCat("data plane: a flow needs 1 to ", kFlowPacketsMax, " packets")));
+  if (absl::Status s = ValidateFlow(packets, config_.payload_floats()); !s.ok()) {
+    handle->Finish(absl::Status(s.code(), absl::StrCat("data plane: ", s.message())));
     return handle;
-  }
-  for (const PacketSpan& p : packets) {
-    if (p.floats == 0 || p.floats > payload_floats || p.data == nullptr) {
-      handle->Finish(absl::InvalidArgumentError(absl::StrCat(
-          "data plane: packet of ", p.floats, " floats (1 to ", payload_floats, " allowed)")));
-      return handle;
-    }
   }
   auto f = std::make_unique<SendFlow>();
   if (options.loss_tolerant) {

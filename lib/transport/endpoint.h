@@ -107,6 +107,10 @@ struct PacketSpan {
 void AppendPackets(uint32_t chunk_id, const float* data, uint32_t floats, uint32_t payload_floats,
                    bool mark_ends_critical, std::vector<PacketSpan>* out);
 
+// OK when a flow has 1 to 2^24 packets, each of 1 to payload_floats
+// floats; otherwise why not (every transport's Send checks this).
+absl::Status ValidateFlow(const std::vector<PacketSpan>& packets, uint32_t payload_floats);
+
 struct SendOptions {
   // LTP: the receiver may close the flow once enough has arrived; lost
   // normal packets are resent only after everything new went out.

@@ -25,7 +25,6 @@ namespace hetps {
 namespace transport {
 namespace {
 
-constexpr uint32_t kFlowPacketsMax = 1u << 24;
 constexpr size_t kConnectionsMax = 4096;
 constexpr size_t kWriteChunk = 256 << 10;  // frames copied to a connection's buffer at a time
 constexpr size_t kReadPerWake = 4 << 20;   // bytes read from one connection per wake (fairness)
@@ -246,18 +245,9 @@ std::shared_ptr<SendHandle> TcpEndpoint::Send(const Peer& to, uint32_t iteration
   auto handle = std::make_shared<SendHandle>();
   handle->started_ = absl::Now();
   handle->flow_id_ = impl_->flow_counter.fetch_add(1);
-  const uint32_t payload_floats = config_.payload_floats();
-  if (packets.empty() || packets.size() > kFlowPacketsMax) {
-    handle->Finish(absl::InvalidArgumentError(
-        absl::StrCat("TCP transport: a flow needs 1 to ", kFlowPacketsMax, " packets")));
+  if (absl::Status s = ValidateFlow(packets, config_.payload_floats()); !s.ok()) {
+    handle->Finish(absl::Status(s.code(), absl::StrCat("TCP transport: ", s.message())));
     return handle;
-  }
-  for (const PacketSpan& p : packets) {
-    if (p.floats == 0 || p.floats > payload_floats || p.data == nullptr) {
-      handle->Finish(absl::InvalidArgumentError(absl::StrCat(
-          "TCP transport: packet of ", p.floats, " floats (1 to ", payload_floats, " allowed)")));
-      return handle;
-    }
   }
   auto f = std::make_unique<OutFlow>();
   f->flow_id = handle->flow_id_;

@@ -1,0 +1,162 @@
+// nfqdelay: constant propagation delay for a network namespace, where the
+// kernel has no netem. nftables hands packets to NFQUEUE `--queue`; this
+// program holds each one until `--delay_ms` after it arrived, then accepts
+// it. Packets leave in arrival order (a FIFO: no reordering, no jitter).
+// Only packet metadata is copied to user space, never payloads.
+//
+//   nft add rule inet t out queue num 7 bypass   # bypass: pass if we are not running
+//   nfqdelay --queue=7 --delay_ms=20
+//
+// Bounded: at most --held_max packets wait (default 200000, ~4 s at
+// 100 Mbit/s of 1400-byte packets); beyond that a packet is accepted at
+// once and counted. SIGINT/SIGTERM release everything held and print the
+// counters. Used by deploy/testbed/testbed.sh; a user-level ping
+// (`ping -U`) confirms the RTT (plain ping stamps before the queue).
+#include <arpa/inet.h>
+#include <linux/netfilter.h>
+#include <poll.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <string>
+
+extern "C" {
+#include <libnetfilter_queue/libnetfilter_queue.h>
+}
+
+namespace {
+
+volatile sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+uint64_t NowUs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000 + uint64_t(ts.tv_nsec) / 1000;
+}
+
+struct Held {
+  uint32_t id;
+  uint64_t release_us;
+};
+
+struct State {
+  nfq_q_handle* queue = nullptr;
+  uint64_t delay_us = 0;
+  size_t held_max = 200000;
+  std::deque<Held> held;
+  uint64_t packets = 0, overflow = 0;
+  size_t held_peak = 0;
+};
+
+int OnPacket(nfq_q_handle* qh, nfgenmsg*, nfq_data* nfa, void* data) {
+  auto* s = static_cast<State*>(data);
+  const nfqnl_msg_packet_hdr* ph = nfq_get_msg_packet_hdr(nfa);
+  if (ph == nullptr) return 0;
+  const uint32_t id = ntohl(ph->packet_id);
+  ++s->packets;
+  if (s->held.size() >= s->held_max) {
+    ++s->overflow;
+    return nfq_set_verdict(qh, id, NF_ACCEPT, 0, nullptr);
+  }
+  s->held.push_back({id, NowUs() + s->delay_us});
+  if (s->held.size() > s->held_peak) s->held_peak = s->held.size();
+  return 0;
+}
+
+// Accepts every held packet due by `now`, in order.
+void Release(State* s, uint64_t now) {
+  while (!s->held.empty() && s->held.front().release_us <= now) {
+    nfq_set_verdict(s->queue, s->held.front().id, NF_ACCEPT, 0, nullptr);
+    s->held.pop_front();
+  }
+}
+
+bool ParseFlag(const char* arg, const char* name, long* out) {
+  const size_t n = std::strlen(name);
+  if (std::strncmp(arg, name, n) != 0 || arg[n] != '=') return false;
+  char* end = nullptr;
+  *out = std::strtol(arg + n + 1, &end, 10);
+  if (end == arg + n + 1 || *end != '\0') {
+    std::fprintf(stderr, "nfqdelay: %s needs a number, got '%s'\n", name, arg + n + 1);
+    std::exit(2);
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  long queue_num = -1, delay_ms = -1, held_max = 200000;
+  for (int i = 1; i < argc; ++i) {
+    if (ParseFlag(argv[i], "--queue", &queue_num) || ParseFlag(argv[i], "--delay_ms", &delay_ms) ||
+        ParseFlag(argv[i], "--held_max", &held_max)) {
+      continue;
+    }
+    std::fprintf(stderr, "usage: nfqdelay --queue=N --delay_ms=D [--held_max=P]\n");
+    return 2;
+  }
+  if (queue_num < 0 || queue_num > 65535 || delay_ms < 0 || delay_ms > 60000 || held_max < 1) {
+    std::fprintf(stderr,
+                 "nfqdelay: --queue (0..65535) and --delay_ms (0..60000) are required; "
+                 "--held_max >= 1\n");
+    return 2;
+  }
+  State s;
+  s.delay_us = uint64_t(delay_ms) * 1000;
+  s.held_max = size_t(held_max);
+  nfq_handle* h = nfq_open();
+  if (h == nullptr) {
+    std::fprintf(stderr, "nfqdelay: nfq_open failed (%s): needs CAP_NET_ADMIN\n",
+                 std::strerror(errno));
+    return 1;
+  }
+  s.queue = nfq_create_queue(h, uint16_t(queue_num), &OnPacket, &s);
+  if (s.queue == nullptr) {
+    std::fprintf(stderr, "nfqdelay: cannot bind queue %ld (%s): is another program on it?\n",
+                 queue_num, std::strerror(errno));
+    nfq_close(h);
+    return 1;
+  }
+  nfq_set_mode(s.queue, NFQNL_COPY_META, 0);
+  nfq_set_queue_maxlen(s.queue, uint32_t(held_max) + 1024);
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  const int fd = nfq_fd(h);
+  std::fprintf(stderr, "nfqdelay: queue %ld, delay %ld ms\n", queue_num, delay_ms);
+  static char buf[1 << 16];
+  while (!g_stop) {
+    uint64_t now = NowUs();
+    Release(&s, now);
+    int timeout_ms = 100;
+    if (!s.held.empty()) {
+      const uint64_t wait = s.held.front().release_us - now;
+      // Rounded down: the last sub-millisecond before a release polls
+      // with timeout 0; nothing is ever released early.
+      timeout_ms = int(wait / 1000);
+    }
+    pollfd p{fd, POLLIN, 0};
+    const int r = poll(&p, 1, timeout_ms);
+    if (r < 0 && errno != EINTR) break;
+    if (r > 0) {
+      for (;;) {
+        const ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n <= 0) break;
+        nfq_handle_packet(h, buf, int(n));
+      }
+    }
+  }
+  Release(&s, UINT64_MAX);
+  std::fprintf(stderr, "nfqdelay: %llu packets, peak held %zu, accepted undelayed (full) %llu\n",
+               (unsigned long long)s.packets, s.held_peak, (unsigned long long)s.overflow);
+  nfq_destroy_queue(s.queue);
+  nfq_close(h);
+  return 0;
+}
