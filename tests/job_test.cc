@@ -59,6 +59,16 @@ bool Ended(const v1::JobStatus& j) {
          j.state() == v1::JOB_STATE_CANCELLED;
 }
 
+// Polls the current job until it ends; *j is its last status.
+bool WaitEnded(const LocalCluster& c, absl::Duration timeout, v1::JobStatus* j) {
+  return WaitFor(
+      [&] {
+        *j = GetJob(c);
+        return Ended(*j);
+      },
+      timeout);
+}
+
 const v1::NodeJobStatus* Node(const v1::JobStatus& j, const std::string& id) {
   for (const auto& n : j.nodes()) {
     if (n.node_id() == id) return &n;
@@ -92,12 +102,7 @@ TEST_CASE("A killed workerd: rounds close at the deadline, the job finishes with
   const int64_t killed_at = GetJob(c).iteration();
 
   v1::JobStatus j;
-  REQUIRE(WaitFor(
-      [&] {
-        j = GetJob(c);
-        return Ended(j);
-      },
-      absl::Seconds(120)));
+  REQUIRE(WaitEnded(c, absl::Seconds(120), &j));
   INFO("state " << v1::JobState_Name(j.state()) << ": " << j.message());
   REQUIRE(j.state() == v1::JOB_STATE_SUCCEEDED);
   CHECK(j.total_iterations() == 400);
@@ -158,12 +163,7 @@ TEST_CASE("Bad specs are refused with the key named; cancel stops a job; the nex
   INFO(next.stderr_text);
   REQUIRE(next.exit_code == 0);
   v1::JobStatus j;
-  REQUIRE(WaitFor(
-      [&] {
-        j = GetJob(c);
-        return Ended(j);
-      },
-      absl::Seconds(60)));
+  REQUIRE(WaitEnded(c, absl::Seconds(60), &j));
   INFO(j.message());
   CHECK(j.state() == v1::JOB_STATE_SUCCEEDED);
   CHECK(j.iteration() == 50);
@@ -174,12 +174,7 @@ TEST_CASE("Bad specs are refused with the key named; cancel stops a job; the nex
       {"job", "submit", WriteJob(c, "tcp.yaml", "model: mlp\niterations: 30\ntransport: tcp\n")});
   INFO(tcp.stderr_text);
   REQUIRE(tcp.exit_code == 0);
-  REQUIRE(WaitFor(
-      [&] {
-        j = GetJob(c);
-        return Ended(j);
-      },
-      absl::Seconds(60)));
+  REQUIRE(WaitEnded(c, absl::Seconds(60), &j));
   INFO(j.message());
   CHECK(j.state() == v1::JOB_STATE_SUCCEEDED);
   CHECK(j.iteration() == 30);
