@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "lib/base/net_address.h"
@@ -132,6 +133,30 @@ transport::EndpointConfig EndpointFor(const Flags& f) {
 
 uint64_t ModelFloats(const Flags& f) { return uint64_t(f.model_mb * 1e6 / sizeof(float)); }
 
+// The LT of each receiving link's latest flow, ms (diagnostics).
+std::string LtJson(const transport::EndpointStats& es) {
+  std::string out;
+  for (const transport::LinkEstimate& l : es.links) {
+    if (!out.empty()) out += ",";
+    out += l.lt_us == UINT64_MAX ? "null" : absl::StrFormat("%.0f", l.lt_us / 1e3);
+  }
+  return out;
+}
+
+// The transport's per-peer estimates, as a JSON array (diagnostics).
+std::string PeersJson(const transport::EndpointStats& es) {
+  std::string out = "[";
+  for (const transport::PeerEstimate& e : es.peers) {
+    if (out.size() > 1) out += ",";
+    out += absl::StrFormat(
+        "{\"peer\":\"%s\",\"btlbw_mbps\":%.1f,\"rtprop_ms\":%.2f,\"cwnd_kb\":%.1f,"
+        "\"congestion_rounds\":%llu}",
+        e.peer.ToString(), e.btlbw_bps / 1e6, e.rtprop_us / 1e3, e.cwnd_bytes / 1e3,
+        (unsigned long long)e.congestion_rounds);
+  }
+  return out + "]";
+}
+
 int RunServer(const Flags& f) {
   std::vector<transport::Peer> workers;
   for (absl::string_view w : absl::StrSplit(f.workers, ',', absl::SkipEmpty())) {
@@ -161,12 +186,15 @@ int RunServer(const Flags& f) {
       "{\"role\":\"server\",\"finished\":%s,\"rounds_complete\":%llu,\"rounds_deadline\":%llu,"
       "\"partial_pushes\":%llu,\"bubble_bytes\":%llu,\"bytes_received\":%llu,"
       "\"closes_complete\":%llu,\"closes_fraction\":%llu,\"closes_deadline\":%llu,"
-      "\"retransmissions\":%llu}\n",
+      "\"retransmissions\":%llu,\"congestion_rounds\":%llu,\"send_buffer_waits\":%llu,"
+      "\"ingress_mbps\":%.1f,\"lt_ms\":[%s],\"peers\":%s}\n",
       done ? "true" : "false", (unsigned long long)s.rounds_complete,
       (unsigned long long)s.rounds_by_deadline, (unsigned long long)s.partial_pushes,
       (unsigned long long)s.bubble_bytes, (unsigned long long)es.bytes_received,
       (unsigned long long)es.lossy_closes[0], (unsigned long long)es.lossy_closes[1],
-      (unsigned long long)es.lossy_closes[2], (unsigned long long)es.retransmissions);
+      (unsigned long long)es.lossy_closes[2], (unsigned long long)es.retransmissions,
+      (unsigned long long)es.congestion_rounds, (unsigned long long)es.send_buffer_waits,
+      es.ingress_bps / 1e6, LtJson(es).c_str(), PeersJson(es).c_str());
   return done ? 0 : 1;
 }
 
@@ -256,6 +284,8 @@ int RunWorker(const Flags& f) {
         transport::CloseReasonName(h->close_reason()), h->retransmissions());
     std::fflush(stdout);
   }
+  std::printf("{\"role\":\"worker\",\"listen\":\"%s\",\"peers\":%s}\n", f.listen.c_str(),
+              PeersJson((*t)->GetStats()).c_str());
   if (f.transport == "tcp") {
     auto* tcp = static_cast<transport::TcpEndpoint*>(t->get());
     std::printf("{\"role\":\"worker\",\"listen\":\"%s\",\"tcp_congestion\":\"%s\"}\n",

@@ -167,6 +167,14 @@ TransportMetrics::TransportMetrics(prometheus::Registry& r, const std::string& p
                "new packet (included in _data_retransmissions_total).")
            .Register(r)
            .Add({});
+  congestion_rounds_ =
+      &prometheus::BuildCounter()
+           .Name(p + "_data_congestion_rounds_total")
+           .Help(
+               "Send rounds that lost more than loss_threshold of their packets (queue "
+               "overflow, not random loss); each lowered the cap on data in flight.")
+           .Register(r)
+           .Add({});
   auto& closes = prometheus::BuildCounter()
                      .Name(p + "_data_ltp_closes_total")
                      .Help(
@@ -204,6 +212,17 @@ TransportMetrics::TransportMetrics(prometheus::Registry& r, const std::string& p
                  .Name(p + "_data_peer_rtprop_seconds")
                  .Help("Round-trip propagation time estimated towards each peer (windowed min).")
                  .Register(r);
+  ingress_ = &prometheus::BuildGauge()
+                  .Name(p + "_data_ingress_bytes_per_second")
+                  .Help(
+                      "Data received per second, windowed max (LTP: the shared-link bound "
+                      "on LT).")
+                  .Register(r)
+                  .Add({});
+  cwnd_ = &prometheus::BuildGauge()
+               .Name(p + "_data_peer_cwnd_bytes")
+               .Help("Congestion window towards each peer (bytes allowed in flight).")
+               .Register(r);
 }
 
 void TransportMetrics::Update(const transport::EndpointStats& s) {
@@ -221,6 +240,8 @@ void TransportMetrics::Update(const transport::EndpointStats& s) {
   AdvanceCounter(deferred_retransmissions_, s.deferred_retransmissions,
                  &last_.deferred_retransmissions);
   AdvanceCounter(packets_missing_, s.packets_missing, &last_.packets_missing);
+  AdvanceCounter(congestion_rounds_, s.congestion_rounds, &last_.congestion_rounds);
+  ingress_->Set(static_cast<double>(s.ingress_bps) / 8);
   for (size_t i = 0; i < size_t(transport::CloseReason::kCount); ++i) {
     AdvanceCounter(lossy_closes_[i], s.lossy_closes[i], &last_.lossy_closes[i]);
   }
@@ -234,6 +255,7 @@ void TransportMetrics::Update(const transport::EndpointStats& s) {
     const std::string peer = e.peer.ToString();
     btlbw_->Add({{"peer", peer}}).Set(static_cast<double>(e.btlbw_bps) / 8);
     rtprop_->Add({{"peer", peer}}).Set(e.rtprop_us / 1e6);
+    cwnd_->Add({{"peer", peer}}).Set(static_cast<double>(e.cwnd_bytes));
   }
 }
 

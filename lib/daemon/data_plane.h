@@ -75,11 +75,13 @@ class TransportMetrics {
  private:
   prometheus::Counter *datagrams_sent_, *datagrams_received_, *bytes_sent_, *bytes_received_,
       *retransmissions_, *flows_sent_, *flows_received_, *impairment_dropped_,
-      *deferred_retransmissions_, *packets_missing_;
+      *deferred_retransmissions_, *packets_missing_, *congestion_rounds_;
   std::vector<prometheus::Counter*> lossy_closes_;  // by CloseReason
   std::vector<prometheus::Counter*> drops_;         // by DropReason
   prometheus::Family<prometheus::Gauge>* btlbw_;
   prometheus::Family<prometheus::Gauge>* rtprop_;
+  prometheus::Family<prometheus::Gauge>* cwnd_;
+  prometheus::Gauge* ingress_;
   prometheus::Family<prometheus::Gauge>* lt_;
   prometheus::Family<prometheus::Gauge>* link_fraction_;
   transport::EndpointStats last_;

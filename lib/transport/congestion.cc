@@ -21,6 +21,7 @@ SendSample CongestionControl::OnSend(uint64_t now_us, bool retransmission) const
   s.delivered_bytes = delivered_;
   // Before anything was delivered, measure from the first send.
   s.delivered_us = delivered_us_ == 0 ? now_us : delivered_us_;
+  s.first_sent_us = first_sent_us_ == 0 ? now_us : first_sent_us_;
   s.retransmitted = retransmission;
   return s;
 }
@@ -40,9 +41,21 @@ void CongestionControl::OnAck(uint64_t now_us, uint32_t bytes, const SendSample&
     }
   }
 
-  // Delivery rate over the interval this packet was in flight.
-  const uint64_t interval_us = now_us > sample.delivered_us ? now_us - sample.delivered_us : 0;
-  if (interval_us > 0) {
+  // Delivery rate over the interval this packet was in flight: the longer of
+  // the ACK interval and the send interval (as BBR): ACKs that come back
+  // bunched (a receiver or a delay element that releases in batches, a
+  // stalled thread) shorten the ACK interval, but the data was sent, and
+  // so can only have crossed the bottleneck, no faster than it was sent.
+  const uint64_t ack_elapsed = now_us > sample.delivered_us ? now_us - sample.delivered_us : 0;
+  const uint64_t send_elapsed =
+      sample.sent_us > sample.first_sent_us ? sample.sent_us - sample.first_sent_us : 0;
+  const uint64_t interval_us = std::max(ack_elapsed, send_elapsed);
+  first_sent_us_ = std::max(first_sent_us_, sample.sent_us);
+  // No packet is delivered faster than one RTprop after it was sent: a
+  // shorter interval means the ACK was for an earlier transmission of a
+  // packet resent too soon (as Linux tcp_rate_gen), and its rate is bogus.
+  const bool unknown_resend = sample.retransmitted && rtprop_us_ == 0;
+  if (interval_us > 0 && interval_us >= rtprop_us_ && !unknown_resend) {
     const uint64_t rate = (delivered_ - sample.delivered_bytes) * 8 * 1'000'000 / interval_us;
     const uint64_t rtt = rtprop_us_ > 0 ? rtprop_us_ : config_.initial_rtt_us;
     const uint64_t window_us =
@@ -71,6 +84,52 @@ void CongestionControl::OnAck(uint64_t now_us, uint32_t bytes, const SendSample&
     cycle_index_ = (cycle_index_ + 1) % kCycleLength;
     cycle_start_us_ = now_us;
   }
+
+  round_delivered_bytes_ += bytes;
+  if (sample.delivered_bytes >= next_round_delivered_) {
+    next_round_delivered_ = delivered_;
+    EndRound(now_us);
+  }
+}
+
+void CongestionControl::OnLoss(uint32_t bytes, uint64_t inflight_bytes) {
+  round_lost_bytes_ += bytes;
+  ++round_lost_packets_;
+  round_loss_inflight_ = std::max(round_loss_inflight_, inflight_bytes);
+}
+
+void CongestionControl::EndRound(uint64_t now_us) {
+  ++rounds_;
+  const uint64_t total = round_delivered_bytes_ + round_lost_bytes_;
+  const bool congested = config_.loss_threshold > 0 &&
+                         round_lost_packets_ >= config_.loss_packets_min &&
+                         double(round_lost_bytes_) > config_.loss_threshold * double(total);
+  const uint64_t model = ModelCwnd();
+  if (congested) {
+    ++congestion_rounds_;
+    growth_packets_ = 1;
+    rounds_since_congestion_ = 0;
+    const uint64_t base = std::min({round_loss_inflight_, model, inflight_hi_});
+    inflight_hi_ = std::max<uint64_t>(static_cast<uint64_t>(config_.loss_beta * double(base)),
+                                      uint64_t(config_.cwnd_packets_min) * config_.packet_bytes);
+    if (startup_) {  // the pipe is full: stop doubling
+      startup_ = false;
+      cycle_start_us_ = now_us;
+    }
+  } else if (inflight_hi_ != UINT64_MAX) {
+    // Additive (one packet a round, as TCP Reno) while congestion is recent;
+    // after additive_rounds without it, doubling: a false alarm on a long fat
+    // link must not cost thousands of rounds.
+    inflight_hi_ += uint64_t(growth_packets_) * config_.packet_bytes;
+    if (++rounds_since_congestion_ > config_.additive_rounds) {
+      growth_packets_ = std::min<uint32_t>(growth_packets_ * 2, 1u << 20);
+    }
+    if (inflight_hi_ >= model) inflight_hi_ = UINT64_MAX;
+  }
+  round_delivered_bytes_ = 0;
+  round_lost_bytes_ = 0;
+  round_lost_packets_ = 0;
+  round_loss_inflight_ = 0;
 }
 
 uint64_t CongestionControl::pacing_rate_bps() const {
@@ -80,15 +139,20 @@ uint64_t CongestionControl::pacing_rate_bps() const {
   return std::clamp<uint64_t>(rate, 1'000'000, config_.rate_bps_max);
 }
 
-uint64_t CongestionControl::cwnd_bytes() const {
-  const uint64_t floor = uint64_t(config_.cwnd_packets_min) * config_.packet_bytes;
-  const uint64_t ceil = uint64_t(config_.cwnd_packets_max) * config_.packet_bytes;
+// The window the path model asks for: gain x BDP, within the floors.
+uint64_t CongestionControl::ModelCwnd() const {
   const uint64_t rtt = rtprop_us_ > 0 ? rtprop_us_ : config_.initial_rtt_us;
   const uint64_t bw = btlbw_bps_ > 0 ? btlbw_bps_ : config_.initial_rate_bps;
   const double gain = startup_ ? kStartupGain : kCwndGain;
-  const uint64_t bdp = static_cast<uint64_t>(gain * double(bw) / 8.0 * double(rtt) / 1e6);
-  return std::clamp(bdp, floor, ceil);
+  const double bytes_per_us = double(bw) / 8e6;
+  const uint64_t bdp = static_cast<uint64_t>(gain * bytes_per_us * double(rtt));
+  const uint64_t time_floor = static_cast<uint64_t>(bytes_per_us * config_.cwnd_min_us);
+  const uint64_t floor = uint64_t(config_.cwnd_packets_min) * config_.packet_bytes;
+  const uint64_t ceil = uint64_t(config_.cwnd_packets_max) * config_.packet_bytes;
+  return std::clamp(std::max(bdp, time_floor), floor, ceil);
 }
+
+uint64_t CongestionControl::cwnd_bytes() const { return std::min(ModelCwnd(), inflight_hi_); }
 
 }  // namespace transport
 }  // namespace hetps

@@ -1,9 +1,25 @@
 // BBR-style congestion control for one peer: estimates the bottleneck
 // bandwidth (BtlBw, windowed max of delivery-rate samples) and the round-trip
 // propagation time (RTprop, windowed min of RTT samples), and derives a
-// pacing rate and a congestion window of cwnd_gain x BDP. Packet loss is NOT
-// a congestion signal here: random (non-congestion) loss on WAN links must
-// not collapse the rate, which is what makes loss-tolerant transfer pay off.
+// pacing rate and a congestion window of cwnd_gain x BDP. Random packet loss
+// is NOT a congestion signal here: non-congestion loss on WAN links must not
+// collapse the rate, which is what makes loss-tolerant transfer pay off.
+//
+// Loss far above any plausible random rate is different: when several
+// senders share one bottleneck (the psd's incast link, or psd's own egress
+// to many workers) each one's window of 2 x its BDP still overruns the
+// bottleneck queue, and the queue drops a large share of every round. As in
+// BBR v2 (inflight_hi), a round (one packet-timed round trip) that loses
+// more than loss_threshold of its packets, and at least loss_packets_min of
+// them, caps the data in flight at loss_beta x what was in flight (0.7, as
+// Cubic); rounds without such loss raise the cap by one packet (as Reno)
+// for additive_rounds, then by 1, 2, 4... packets, until the model's window
+// is the limit again. Under persistent overflow the sender is an AIMD flow
+// like the TCPs it shares the queue with (paper V-D: fairness); random loss
+// of a few percent never reaches the threshold and costs no rate. The
+// threshold is 5%, not BBR v2's 2%: at 1% random loss a 2% threshold fires
+// on chance alone often enough to cost a lone sender 20-40% of its rate
+// (congestion_test).
 //
 // Pure state machine: the caller passes times (microseconds, any epoch) and
 // byte counts. Not thread-safe; owned by the endpoint thread.
@@ -19,10 +35,13 @@ struct CongestionConfig {
   uint32_t packet_bytes = 1400;             // datagram size used for window floors
   uint64_t initial_rate_bps = 100'000'000;  // before the first bandwidth sample
   uint32_t initial_rtt_us = 1000;           // before the first RTT sample
-  // Floor of the window: ACKs arrive in batches, and on a busy host the peer
-  // thread may not run for a scheduler tick; below ~1 MB in flight a training
-  // flow stalls on every window. Pacing, not the window, sets the rate.
-  uint32_t cwnd_packets_min = 1024;
+  // Floors of the window: at least this many packets, and at least BtlBw x
+  // cwnd_min_us of data. ACKs come back in batches and a busy host may not
+  // run the endpoint thread for a while, so on a fast link (loopback: tens
+  // of us of RTprop) a window of 2 x BDP stalls the flow on every batch;
+  // on a WAN link the time floor is far below the BDP and does not matter.
+  uint32_t cwnd_packets_min = 16;
+  uint32_t cwnd_min_us = 2000;
   uint32_t cwnd_packets_max = 65536;
   uint64_t rate_bps_max = 100'000'000'000ull;
   uint32_t rtprop_window_us = 10'000'000;  // min-filter window for RTprop
@@ -31,6 +50,11 @@ struct CongestionConfig {
   // per iteration) with idle gaps whose low, app-limited samples must not
   // erase the estimate between iterations.
   uint32_t btlbw_window_min_us = 500'000;
+  // Congestion loss (see above). loss_threshold 0 turns the response off.
+  double loss_threshold = 0.05;
+  uint32_t loss_packets_min = 4;
+  double loss_beta = 0.7;
+  uint32_t additive_rounds = 16;
 };
 
 // Per-packet bookkeeping the controller needs back on ACK.
@@ -38,6 +62,7 @@ struct SendSample {
   uint64_t sent_us = 0;
   uint64_t delivered_bytes = 0;  // delivered() when the packet was sent
   uint64_t delivered_us = 0;     // time of that delivery count
+  uint64_t first_sent_us = 0;    // send time of the packet acknowledged last, then
   bool retransmitted = false;    // Karn: no RTT sample from retransmissions
 };
 
@@ -49,6 +74,9 @@ class CongestionControl {
   SendSample OnSend(uint64_t now_us, bool retransmission) const;
   // An ACK for a packet of `bytes` sent with `sample`.
   void OnAck(uint64_t now_us, uint32_t bytes, const SendSample& sample);
+  // A packet of `bytes` was declared lost; `inflight_bytes` were in flight
+  // before it was taken out.
+  void OnLoss(uint32_t bytes, uint64_t inflight_bytes);
 
   uint64_t pacing_rate_bps() const;
   uint64_t cwnd_bytes() const;
@@ -56,11 +84,16 @@ class CongestionControl {
   uint32_t rtprop_us() const { return rtprop_us_; }  // 0 until a sample
   uint64_t delivered() const { return delivered_; }
   bool in_startup() const { return startup_; }
+  // The cap on data in flight from congestion loss; UINT64_MAX: none.
+  uint64_t inflight_hi() const { return inflight_hi_; }
+  uint64_t rounds() const { return rounds_; }
+  uint64_t congestion_rounds() const { return congestion_rounds_; }
 
  private:
   CongestionConfig config_;
   uint64_t delivered_ = 0;
   uint64_t delivered_us_ = 0;
+  uint64_t first_sent_us_ = 0;  // send time of the packet acknowledged last
   // RTprop: windowed min.
   uint32_t rtprop_us_ = 0;
   uint64_t rtprop_stamp_us_ = 0;
@@ -77,6 +110,21 @@ class CongestionControl {
   // ProbeBW gain cycle position.
   int cycle_index_ = 0;
   uint64_t cycle_start_us_ = 0;
+  // Packet-timed rounds: a round ends when a packet sent after it began is
+  // acknowledged (its delivered_bytes reached next_round_delivered_).
+  uint64_t next_round_delivered_ = 0;
+  uint64_t rounds_ = 0;
+  uint64_t round_delivered_bytes_ = 0;
+  uint64_t round_lost_bytes_ = 0;
+  uint32_t round_lost_packets_ = 0;
+  uint64_t round_loss_inflight_ = 0;  // most in flight when a loss was seen
+  uint64_t inflight_hi_ = UINT64_MAX;
+  uint64_t congestion_rounds_ = 0;
+  uint32_t growth_packets_ = 1;  // raise of inflight_hi_ next round
+  uint32_t rounds_since_congestion_ = 0;
+
+  uint64_t ModelCwnd() const;
+  void EndRound(uint64_t now_us);
 };
 
 }  // namespace transport

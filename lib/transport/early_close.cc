@@ -52,6 +52,37 @@ uint64_t LinkThreshold::LtUs(const EarlyCloseConfig& c, uint64_t bytes, uint32_t
   return std::max<uint64_t>(static_cast<uint64_t>(std::min(model, 1e15)), c.lt_min_us);
 }
 
+void IngressRate::Roll(uint64_t now_us) {
+  if (bin_start_us_ == 0) bin_start_us_ = now_us;
+  if (now_us - bin_start_us_ < bin_us_) return;
+  if (bin_bytes_ > 0) done_.push_back({bin_start_us_, bin_bytes_});
+  // The next bin starts on the grid; empty bins in between count as idle.
+  bin_start_us_ += (now_us - bin_start_us_) / bin_us_ * bin_us_;
+  bin_bytes_ = 0;
+  const uint64_t horizon = uint64_t(bin_us_) * bins_;
+  while (!done_.empty() && done_.front().first + horizon < now_us) done_.pop_front();
+}
+
+void IngressRate::OnBytes(uint64_t now_us, uint64_t bytes) {
+  Roll(now_us);
+  bin_bytes_ += bytes;
+}
+
+uint64_t IngressRate::rate_bps(uint64_t now_us) {
+  Roll(now_us);
+  uint64_t best = 0;
+  for (const auto& [start, bytes] : done_) best = std::max(best, bytes);
+  return best * 8 * 1'000'000 / bin_us_;
+}
+
+uint64_t SharedLtUs(const EarlyCloseConfig& c, uint32_t rtprop_us, uint64_t shared_bytes,
+                    uint64_t ingress_bps) {
+  if (ingress_bps == 0 || c.lt_fixed_us > 0) return 0;
+  const double lt =
+      c.lt_rtprop_factor * rtprop_us + double(shared_bytes) * 8e6 / double(ingress_bps);
+  return static_cast<uint64_t>(std::min(lt, 1e15));
+}
+
 void LinkThreshold::OnFlowClosed(const EarlyCloseConfig& c, bool full, uint64_t duration_us) {
   window_.push_back(full ? duration_us : UINT64_MAX);
   while (window_.size() > c.window_flows) window_.pop_front();

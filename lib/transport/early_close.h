@@ -20,12 +20,23 @@
 // The deadline is the largest LT among the receiver's links with a flow open
 // now, plus slack C (30 ms in a datacenter, 100 ms on a WAN).
 //
+// Ours, beyond the paper: links share the receiver's own ingress (the psd's
+// incast: N workers into one link). Each sender's BtlBw estimate is its own
+// view, and a sender that saw the link idle for a moment estimates far more
+// than its share; its model LT then cuts its flow long before the shared
+// link could have carried it. So LT is never below the shared-link bound
+//   lt_rtprop_factor x RTprop + shared bytes / the measured ingress rate,
+// where a flow's shared bytes are its own, what the other open loss-tolerant
+// flows still missed when it began, and every such flow begun since: the
+// time the shared link needs to carry all of it (SharedLtUs, IngressRate).
+//
 // Pure: times are passed in (microseconds). Not thread-safe.
 #ifndef HETPS_LIB_TRANSPORT_EARLY_CLOSE_H_
 #define HETPS_LIB_TRANSPORT_EARLY_CLOSE_H_
 
 #include <cstdint>
 #include <deque>
+#include <utility>
 
 #include "absl/status/status.h"
 
@@ -78,6 +89,30 @@ class LinkThreshold {
   std::deque<uint64_t> window_;  // per closed flow: duration if full, else UINT64_MAX
   uint64_t last_lt_us_ = 0;
 };
+
+// The receiver's ingress rate: the windowed max of the data bytes received
+// per bin of bin_us (max over the last `bins` bins: long enough to span the
+// idle gaps between training iterations).
+class IngressRate {
+ public:
+  explicit IngressRate(uint32_t bin_us = 100'000, uint32_t bins = 100)
+      : bin_us_(bin_us), bins_(bins) {}
+  void OnBytes(uint64_t now_us, uint64_t bytes);
+  // 0 until a full bin was measured.
+  uint64_t rate_bps(uint64_t now_us);
+
+ private:
+  void Roll(uint64_t now_us);
+  const uint32_t bin_us_;
+  const uint32_t bins_;
+  uint64_t bin_start_us_ = 0;
+  uint64_t bin_bytes_ = 0;
+  std::deque<std::pair<uint64_t, uint64_t>> done_;  // (bin start, bytes)
+};
+
+// The shared-link bound on LT (above); 0 when the ingress rate is unknown.
+uint64_t SharedLtUs(const EarlyCloseConfig& c, uint32_t rtprop_us, uint64_t shared_bytes,
+                    uint64_t ingress_bps);
 
 }  // namespace transport
 }  // namespace hetps

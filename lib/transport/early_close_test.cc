@@ -88,6 +88,33 @@ TEST_CASE("bad Early Close settings are refused with the field named", "[early_c
   CHECK(!ValidateEarlyCloseConfig(c).ok());
 }
 
+TEST_CASE("ingress rate: windowed max of full bins, forgets after the window", "[early_close]") {
+  IngressRate in(100'000, 10);  // 100 ms bins, 1 s window
+  CHECK(in.rate_bps(0) == 0);
+  // 100 Mbit/s for 0.5 s: 1250 bytes every 100 us.
+  uint64_t t = 1'000'000;
+  for (int i = 0; i < 5000; ++i, t += 100) in.OnBytes(t, 1250);
+  CHECK(in.rate_bps(t) == 100'000'000);
+  // A slower second phase does not lower the max...
+  for (int i = 0; i < 2000; ++i, t += 100) in.OnBytes(t, 125);
+  CHECK(in.rate_bps(t) == 100'000'000);
+  // ...until the fast bins are older than the window.
+  for (int i = 0; i < 12000; ++i, t += 100) in.OnBytes(t, 125);
+  CHECK(in.rate_bps(t) == 10'000'000);
+  // Idle longer than the window: unknown again.
+  CHECK(in.rate_bps(t + 5'000'000) == 0);
+}
+
+TEST_CASE("shared-link LT: all open bytes over the ingress rate", "[early_close]") {
+  EarlyCloseConfig c;
+  // 8 flows of 21 MB into a 100 Mbit/s link, RTprop 20 ms: 1.5 x 20 ms +
+  // 168 MB x 8 / 100 Mbit/s = 13.47 s.
+  CHECK(SharedLtUs(c, 20'000, 8 * 21'000'000ull, 100'000'000) == 13'470'000);
+  CHECK(SharedLtUs(c, 20'000, 8 * 21'000'000ull, 0) == 0);  // rate unknown: no bound
+  c.lt_fixed_us = 5000;                                     // an operator's fixed LT wins
+  CHECK(SharedLtUs(c, 20'000, 8 * 21'000'000ull, 100'000'000) == 0);
+}
+
 }  // namespace
 }  // namespace transport
 }  // namespace hetps

@@ -182,6 +182,10 @@ struct RecvFlow {
   uint32_t packet_bytes = 0;    // first packet's datagram size
   uint64_t lt_us = UINT64_MAX;  // thresholds, relative to start_us
   uint64_t deadline_us = UINT64_MAX;
+  // Loss-tolerant bytes the receiver's link carries while this flow is
+  // open: its own, what other open flows still missed when it began, and
+  // every flow begun since (the shared-link LT bound, early_close.h).
+  uint64_t shared_bytes = 0;
   bool critical_in() const { return critical_end != UINT32_MAX && prefix > critical_end; }
   bool has(uint32_t seq) const { return (bitmap[seq / 64] >> (seq % 64)) & 1; }
 };
@@ -241,6 +245,7 @@ struct Endpoint::Impl {
   absl::flat_hash_map<RecvKey, RecvFlow> recv;
   absl::flat_hash_map<RecvKey, StopInfo> closed;  // how each remembered flow closed
   absl::flat_hash_map<Peer, RecvLink> links;
+  IngressRate ingress;  // data bytes received, all flows (shared-link LT)
   std::deque<RecvKey> closed_order;
   std::vector<Pending> pending;
   std::vector<OutDatagram> flush_out;  // Flush's scratch, kept to reuse its capacity
@@ -265,6 +270,9 @@ struct Endpoint::Impl {
   void Wake();
   void TakeSubmissions(uint64_t now);
   void Receive(uint64_t now);
+  // LT of an open loss-tolerant flow: its link's, never below the shared
+  // ingress bound (early_close.h).
+  uint64_t FlowLt(const Peer& from, const RecvFlow& f, uint64_t now);
   void HandleData(const Peer& from, const Packet& p, uint64_t now);
   void HandleAck(const Peer& from, const Packet& p, uint64_t now);
   bool AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t now);
@@ -427,8 +435,11 @@ PeerState& Endpoint::Impl::PeerFor(const Peer& p) {
 }
 
 uint32_t Endpoint::Impl::RtoUs(const PeerState& ps) const {
-  double rto =
-      ps.srtt_us > 0 ? ps.srtt_us + 4 * ps.rttvar_us : 4.0 * config.congestion.initial_rtt_us;
+  // srtt + 4 rttvar, but at least 1.5 srtt: on a steady path rttvar decays
+  // towards 0, and a queue that then builds up would fire the timer for
+  // packets that are only late (each a spurious resend).
+  double rto = ps.srtt_us > 0 ? ps.srtt_us + std::max(4 * ps.rttvar_us, ps.srtt_us / 2)
+                              : double(config.rto_initial_us);
   return static_cast<uint32_t>(std::clamp<double>(rto, config.rto_min_us, config.rto_max_us));
 }
 
@@ -524,6 +535,12 @@ void Endpoint::Impl::Receive(uint64_t now) {
   for (int round = 0; round < 16; ++round) {
     const int got = socket->RecvBatch(&rx);
     if (got <= 0) return;
+    // Stamp each batch after it is read, never with an earlier time: the
+    // thread can be preempted for milliseconds on a busy host, and a wake-up
+    // takes receive work (psd aggregates as packets arrive); an ACK stamped
+    // before it arrived reads as a shorter RTT and a faster delivery (late
+    // stamps only lengthen RTT samples, which the min filter ignores).
+    now = NowUs();
     for (const InDatagram& d : rx) {
       ++stats.datagrams_received;
       stats.bytes_received += d.len;
@@ -585,8 +602,14 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
     if (f.lossy) {
       f.rtprop_us = h.rtprop_us;
       f.btlbw_bps = uint64_t(h.btlbw_kbps) * 1000;
-      f.lt_us = links[from].threshold.LtUs(early_close, uint64_t(f.total) * f.packet_bytes,
-                                           f.rtprop_us, f.btlbw_bps);
+      const uint64_t bytes = uint64_t(f.total) * f.packet_bytes;
+      f.shared_bytes = bytes;
+      for (auto& [k, g] : recv) {
+        if (!g.lossy) continue;
+        f.shared_bytes += uint64_t(g.total - g.received) * g.packet_bytes;
+        g.shared_bytes += bytes;
+      }
+      f.lt_us = FlowLt(from, f, now);
       next_threshold_us = 0;  // the shared deadline: computed this turn
     }
     it = recv.emplace(key, std::move(f)).first;
@@ -606,6 +629,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
     return;
   }
   word |= bit;
+  ingress.OnBytes(now, f.packet_bytes);
   receiver->OnData(from, h, p.payload);
   ++f.received;
   if (f.lossy) {
@@ -652,9 +676,7 @@ void Endpoint::Impl::CloseFlow(const RecvKey& key, CloseReason reason) {
   if (f.lossy) {
     RecvLink& link = links[key.peer];
     link.estimate.peer = key.peer;
-    // The LT this flow had by its end (the estimates in its headers moved).
-    link.estimate.lt_us = link.threshold.LtUs(early_close, uint64_t(f.total) * f.packet_bytes,
-                                              f.rtprop_us, f.btlbw_bps);
+    link.estimate.lt_us = f.lt_us;  // the LT this flow had by its end
     link.threshold.OnFlowClosed(early_close, r.complete(), f.last_us - f.start_us);
     link.estimate.last_fraction = double(f.received) / double(f.total);
     ++link.estimate.lossy_flows;
@@ -676,8 +698,7 @@ uint64_t Endpoint::Impl::CheckEarlyClose(uint64_t now) {
     if (!f.lossy) continue;
     any = true;
     RecvLink& link = links[key.peer];
-    f.lt_us = link.threshold.LtUs(early_close, uint64_t(f.total) * f.packet_bytes, f.rtprop_us,
-                                  f.btlbw_bps);
+    f.lt_us = FlowLt(key.peer, f, now);
     link.estimate.peer = key.peer;
     link.estimate.lt_us = f.lt_us;
     max_lt = std::max(max_lt, f.lt_us);
@@ -711,6 +732,14 @@ uint64_t Endpoint::Impl::CheckEarlyClose(uint64_t now) {
   for (const auto& [key, reason] : due) CloseFlow(key, reason);
   // Estimates in the headers move LT: look again soon while flows are open.
   return std::min(next, now + 1000);
+}
+
+uint64_t Endpoint::Impl::FlowLt(const Peer& from, const RecvFlow& f, uint64_t now) {
+  const uint64_t link = links[from].threshold.LtUs(early_close, uint64_t(f.total) * f.packet_bytes,
+                                                   f.rtprop_us, f.btlbw_bps);
+  if (link == UINT64_MAX) return link;
+  return std::max(link,
+                  SharedLtUs(early_close, f.rtprop_us, f.shared_bytes, ingress.rate_bps(now)));
 }
 
 void Endpoint::Impl::CloseRecv(const RecvKey& key, const StopInfo& how) {
@@ -780,7 +809,9 @@ void Endpoint::Impl::HandleStop(const Peer& from, const Packet& p) {
 void Endpoint::Impl::MarkLost(SendFlow& f, uint32_t seq, PeerState& ps) {
   PacketState& st = f.state[seq];
   if (st.in_flight) {
-    ps.inflight_bytes -= kHeaderBytes + f.packets[seq].floats * sizeof(float);
+    const uint32_t bytes = kHeaderBytes + f.packets[seq].floats * sizeof(float);
+    ps.cc.OnLoss(bytes, ps.inflight_bytes);
+    ps.inflight_bytes -= bytes;
     st.in_flight = false;
   }
   if (!st.queued_retx) {
@@ -972,6 +1003,7 @@ void Endpoint::Impl::Flush(uint64_t now) {
     if (n < 0) break;  // socket error: treat the rest as lost; recovery resends
     if (n == 0) {
       // Socket buffer full: wait briefly for room rather than drop.
+      ++stats.send_buffer_waits;
       pollfd pfd{socket->fd(), POLLOUT, 0};
       poll(&pfd, 1, 1);
       if (++spins > 100) break;
@@ -1022,9 +1054,11 @@ void Endpoint::Impl::Publish() {
   EndpointStats s = stats;
   for (auto& [peer, ps] : peers) {
     s.peers.push_back({peer, ps->cc.btlbw_bps(), ps->cc.rtprop_us(), ps->cc.pacing_rate_bps(),
-                       ps->cc.cwnd_bytes()});
+                       ps->cc.cwnd_bytes(), ps->cc.congestion_rounds()});
+    s.congestion_rounds += ps->cc.congestion_rounds();
   }
   for (auto& [peer, link] : links) s.links.push_back(link.estimate);
+  s.ingress_bps = ingress.rate_bps(NowUs());
   absl::MutexLock lock(&mu);
   published = std::move(s);
 }

@@ -78,6 +78,10 @@ struct EndpointConfig {
   uint32_t recv_flows_max = 4096;
   uint32_t closed_flows_remembered = 16384;
   uint32_t rto_min_us = 20000;  // below this, scheduling hiccups fire spurious RTOs
+  // Before the first RTT sample of a peer. Too short and every packet of the
+  // first window is resent before its ACK can come back (on a 20 ms WAN
+  // path, all of them), and those ACKs then read as bogus RTTs and rates.
+  uint32_t rto_initial_us = 250'000;
   uint32_t rto_max_us = 2'000'000;
   uint32_t recv_flow_idle_ms = 60'000;  // forget half-received flows after this
   CongestionConfig congestion;
@@ -177,6 +181,9 @@ struct PeerEstimate {
   uint32_t rtprop_us = 0;
   uint64_t pacing_rate_bps = 0;
   uint64_t cwnd_bytes = 0;
+  // Rounds that lost more than loss_threshold (congestion.h): each one
+  // lowered the cap on data in flight.
+  uint64_t congestion_rounds = 0;
 };
 
 // A receiving link's Early Close state (loss-tolerant flows only).
@@ -205,6 +212,9 @@ struct EndpointStats {
   std::array<uint64_t, static_cast<size_t>(CloseReason::kCount)> lossy_closes{};
   uint64_t packets_missing = 0;
   uint64_t deferred_retransmissions = 0;  // RQ: lost normal packets resent after the rest
+  uint64_t congestion_rounds = 0;         // sum of PeerEstimate::congestion_rounds
+  uint64_t send_buffer_waits = 0;         // sends that found the socket buffer full
+  uint64_t ingress_bps = 0;               // measured receive rate (shared-link LT)
   std::array<uint64_t, static_cast<size_t>(DropReason::kCount)> drops{};
   std::vector<PeerEstimate> peers;
   std::vector<LinkEstimate> links;
