@@ -95,7 +95,7 @@ class LinkThreshold {
 // idle gaps between training iterations).
 class IngressRate {
  public:
-  explicit IngressRate(uint32_t bin_us = 100'000, uint32_t bins = 100)
+  explicit IngressRate(uint32_t bin_us = 100'000, uint32_t bins = 600)
       : bin_us_(bin_us), bins_(bins) {}
   void OnBytes(uint64_t now_us, uint64_t bytes);
   // 0 until a full bin was measured.
