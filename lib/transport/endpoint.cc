@@ -272,7 +272,7 @@ struct Endpoint::Impl {
   void Receive(uint64_t now);
   // LT of an open loss-tolerant flow: its link's, never below the shared
   // ingress bound (early_close.h).
-  uint64_t FlowLt(const Peer& from, const RecvFlow& f, uint64_t now);
+  uint64_t FlowLt(const RecvLink& link, const RecvFlow& f, uint64_t ingress_bps) const;
   void HandleData(const Peer& from, const Packet& p, uint64_t now);
   void HandleAck(const Peer& from, const Packet& p, uint64_t now);
   bool AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t now);
@@ -609,7 +609,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
         f.shared_bytes += uint64_t(g.total - g.received) * g.packet_bytes;
         g.shared_bytes += bytes;
       }
-      f.lt_us = FlowLt(from, f, now);
+      f.lt_us = FlowLt(links[from], f, ingress.rate_bps(now));
       next_threshold_us = 0;  // the shared deadline: computed this turn
     }
     it = recv.emplace(key, std::move(f)).first;
@@ -694,11 +694,12 @@ uint64_t Endpoint::Impl::CheckEarlyClose(uint64_t now) {
   // every receiving link: max(LT) + C.
   uint64_t max_lt = 0;
   bool any = false;
+  const uint64_t ingress_bps = ingress.rate_bps(now);
   for (auto& [key, f] : recv) {
     if (!f.lossy) continue;
     any = true;
     RecvLink& link = links[key.peer];
-    f.lt_us = FlowLt(key.peer, f, now);
+    f.lt_us = FlowLt(link, f, ingress_bps);
     link.estimate.peer = key.peer;
     link.estimate.lt_us = f.lt_us;
     max_lt = std::max(max_lt, f.lt_us);
@@ -734,12 +735,12 @@ uint64_t Endpoint::Impl::CheckEarlyClose(uint64_t now) {
   return std::min(next, now + 1000);
 }
 
-uint64_t Endpoint::Impl::FlowLt(const Peer& from, const RecvFlow& f, uint64_t now) {
-  const uint64_t link = links[from].threshold.LtUs(early_close, uint64_t(f.total) * f.packet_bytes,
-                                                   f.rtprop_us, f.btlbw_bps);
-  if (link == UINT64_MAX) return link;
-  return std::max(link,
-                  SharedLtUs(early_close, f.rtprop_us, f.shared_bytes, ingress.rate_bps(now)));
+uint64_t Endpoint::Impl::FlowLt(const RecvLink& link, const RecvFlow& f,
+                                uint64_t ingress_bps) const {
+  const uint64_t lt = link.threshold.LtUs(early_close, uint64_t(f.total) * f.packet_bytes,
+                                          f.rtprop_us, f.btlbw_bps);
+  if (lt == UINT64_MAX) return lt;
+  return std::max(lt, SharedLtUs(early_close, f.rtprop_us, f.shared_bytes, ingress_bps));
 }
 
 void Endpoint::Impl::CloseRecv(const RecvKey& key, const StopInfo& how) {
