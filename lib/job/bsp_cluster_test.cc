@@ -212,7 +212,8 @@ TEST_CASE("LTP with 5% loss on every link: partial pushes, yet every pull is bit
 // Final test accuracy of mlp on Fashion-MNIST, 2 servers and 2 workers.
 double TrainMlp(const std::string& transport, double loss) {
   auto job = ParseJobSpec(
-      "model: mlp\nbatch_size: 64\nlearning_rate: 0.05\nmomentum: 0.9\nepochs: 4\n"
+      "model: mlp\nbatch_size: 64\nlearning_rate: 0.05\nlr_schedule: cosine\nmomentum: 0.9\n"
+      "epochs: 4\n"
       "eval_every: 0\nbackend: cpu\ntransport: " +
           transport + "\n",
       "test");

@@ -18,6 +18,9 @@ void Bind(ConfigSchema& s, JobSpec& j) {
   s.String("dataset", &j.dataset, "directory holding the Fashion-MNIST IDX files");
   s.Enum("optimizer", &j.optimizer, "server-side optimizer", {"sgd", "adam"});
   s.Double("learning_rate", &j.learning_rate, "learning rate", 1e-9, 10);
+  s.Enum("lr_schedule", &j.lr_schedule,
+         "learning rate over the job: constant, or cosine (half a cosine down to 0)",
+         {"constant", "cosine"});
   s.Double("momentum", &j.momentum, "SGD momentum", 0, 0.9999);
   s.Double("beta1", &j.beta1, "Adam beta1", 0, 0.9999);
   s.Double("beta2", &j.beta2, "Adam beta2", 0, 0.999999);
@@ -62,7 +65,9 @@ absl::Status Validate(const JobSpec& j, absl::string_view origin) {
   }
   if (j.dataset.empty())
     return absl::InvalidArgumentError(absl::StrCat(origin, ": 'dataset' is empty"));
-  absl::Status s = train::ValidateOptimizerConfig(j.optimizer_config());
+  train::OptimizerConfig oc = j.optimizer_config();
+  oc.total_steps = 1;  // the servers set it from the job's iterations
+  absl::Status s = train::ValidateOptimizerConfig(oc);
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(origin, ": ", s.message()));
   return absl::OkStatus();
 }
@@ -74,6 +79,8 @@ train::OptimizerConfig JobSpec::optimizer_config() const {
   c.kind = optimizer == "adam" ? train::OptimizerConfig::Kind::kAdam
                                : train::OptimizerConfig::Kind::kSgd;
   c.learning_rate = static_cast<float>(learning_rate);
+  c.schedule = lr_schedule == "cosine" ? train::OptimizerConfig::Schedule::kCosine
+                                       : train::OptimizerConfig::Schedule::kConstant;
   c.momentum = static_cast<float>(momentum);
   c.beta1 = static_cast<float>(beta1);
   c.beta2 = static_cast<float>(beta2);

@@ -24,6 +24,7 @@ struct JobSpec {
   std::string dataset = "/usr/share/datasets/fashion-mnist";
   std::string optimizer = "sgd";
   double learning_rate = 0.05;
+  std::string lr_schedule = "constant";  // constant | cosine (to 0 over the job)
   double momentum = 0.9;
   double beta1 = 0.9;
   double beta2 = 0.999;
@@ -53,6 +54,7 @@ struct JobSpec {
   std::string tcp_congestion_name() const;
   transport::EarlyCloseConfig early_close() const;
 
+  // total_steps is left 0: whoever knows the job's iterations sets it.
   train::OptimizerConfig optimizer_config() const;
   // Iterations the job runs for `train_samples` training samples split over
   // `workers` workers (epochs are counted on each worker's shard).

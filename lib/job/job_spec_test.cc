@@ -11,7 +11,18 @@ TEST_CASE("a minimal job gets the documented defaults", "[job]") {
   CHECK(j->model == "mlp");
   CHECK(j->batch_size == 64);
   CHECK(j->optimizer_config().kind == train::OptimizerConfig::Kind::kSgd);
+  CHECK(j->optimizer_config().schedule == train::OptimizerConfig::Schedule::kConstant);
   CHECK(j->TotalIterations(60000, 2) == 100);
+}
+
+TEST_CASE("lr_schedule: cosine parses, anything else is named in the error", "[job]") {
+  auto j = ParseJobSpec("iterations: 10\nlr_schedule: cosine\n", "job.yaml");
+  REQUIRE(j.ok());
+  CHECK(j->optimizer_config().schedule == train::OptimizerConfig::Schedule::kCosine);
+  CHECK(ParseJobSpec(JobSpecToYaml(*j), "again").value().lr_schedule == "cosine");
+  auto bad = ParseJobSpec("iterations: 10\nlr_schedule: linear\n", "job.yaml");
+  REQUIRE(!bad.ok());
+  CHECK(bad.status().message().find("lr_schedule") != std::string::npos);
 }
 
 TEST_CASE("epochs count iterations over each worker's shard", "[job]") {

@@ -38,12 +38,14 @@ absl::StatusOr<LocalTrainingResult> RunLocalTraining(
   }
   LocalTrainingResult result;
   result.params = model->InitialParameters(job.seed);
-  train::OptimizerState opt(job.optimizer_config(), result.params.size());
   std::vector<float> grad(result.params.size());
   const size_t px = train.pixels_per_image();
   std::vector<float> x(static_cast<size_t>(combined) * px);
   std::vector<uint8_t> y(combined);
   const int64_t total = job.TotalIterations(train.size(), workers);
+  train::OptimizerConfig opt_config = job.optimizer_config();
+  opt_config.total_steps = static_cast<uint64_t>(total);
+  train::OptimizerState opt(opt_config, result.params.size());
   const size_t eval_n = std::min<size_t>(job.eval_samples, test.size());
 
   using Clock = std::chrono::steady_clock;

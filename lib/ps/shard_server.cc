@@ -29,7 +29,9 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
   if (config.server_index >= config.num_servers) {
     return absl::InvalidArgumentError("shard server: server_index >= num_servers");
   }
-  RETURN_IF_ERROR(train::ValidateOptimizerConfig(config.optimizer));
+  train::OptimizerConfig optimizer = config.optimizer;
+  if (optimizer.total_steps == 0) optimizer.total_steps = config.total_iterations;
+  RETURN_IF_ERROR(train::ValidateOptimizerConfig(optimizer));
   ASSIGN_OR_RETURN(ChunkLayout layout, ChunkLayout::Create(config.num_params, config.chunk_floats));
   if (layout.chunk_floats() > config.endpoint.payload_floats() * 65536ull) {
     return absl::InvalidArgumentError("shard server: chunk_size too large for the packet size");
@@ -45,7 +47,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
     s->floats_ += ch.floats;
   }
   s->aggregate_.resize(s->floats_);
-  s->optimizer_ = std::make_unique<train::OptimizerState>(config.optimizer, s->floats_);
+  s->optimizer_ = std::make_unique<train::OptimizerState>(optimizer, s->floats_);
   if (shared != nullptr) {
     s->endpoint_ = shared;
     // This job's Early Close settings for the pushes it receives.

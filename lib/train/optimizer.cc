@@ -1,5 +1,6 @@
 #include "lib/train/optimizer.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 
@@ -19,6 +20,14 @@ const char* OptimizerKindName(OptimizerConfig::Kind kind) {
   return kind == OptimizerConfig::Kind::kSgd ? "sgd" : "adam";
 }
 
+float LearningRateAt(const OptimizerConfig& c, uint64_t t) {
+  if (c.schedule == OptimizerConfig::Schedule::kConstant || c.total_steps == 0) {
+    return c.learning_rate;
+  }
+  const double x = double(std::min(t, c.total_steps)) / double(c.total_steps);
+  return static_cast<float>(double(c.learning_rate) * 0.5 * (1.0 + std::cos(M_PI * x)));
+}
+
 absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
   auto bad = [](const char* what, double v, const char* range) {
     return absl::InvalidArgumentError(
@@ -34,6 +43,9 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
   if (!(c.weight_decay >= 0 && c.weight_decay < 1)) {
     return bad("weight_decay", c.weight_decay, "[0, 1)");
   }
+  if (c.schedule == OptimizerConfig::Schedule::kCosine && c.total_steps == 0) {
+    return absl::InvalidArgumentError("optimizer: a cosine lr_schedule needs total_steps > 0");
+  }
   return absl::OkStatus();
 }
 
@@ -45,11 +57,11 @@ OptimizerState::OptimizerState(const OptimizerConfig& config, size_t size)
 void OptimizerState::Apply(absl::Span<float> params, absl::Span<const float> grad) {
   // Sizes are fixed by the chunk layout the owner built us from.
   assert(params.size() == size_ && grad.size() == size_);
+  const float lr = LearningRateAt(config_, steps_), wd = config_.weight_decay;
   ++steps_;
   float* __restrict p = params.data();
   const float* __restrict g = grad.data();
   float* __restrict s1 = slot1_.data();
-  const float lr = config_.learning_rate, wd = config_.weight_decay;
   const size_t n = size_;
   if (config_.kind == OptimizerConfig::Kind::kSgd) {
     const float mu = config_.momentum;

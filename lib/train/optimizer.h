@@ -22,8 +22,14 @@ namespace train {
 
 struct OptimizerConfig {
   enum class Kind { kSgd, kAdam };
+  // constant: learning_rate at every step. cosine: learning_rate x
+  // (1 + cos(pi t / total_steps)) / 2 at step t = 0, 1, ..., which ends near 0:
+  // the last iterates stop wandering, so the final model is stable.
+  enum class Schedule { kConstant, kCosine };
   Kind kind = Kind::kSgd;
   float learning_rate = 0.05f;
+  Schedule schedule = Schedule::kConstant;
+  uint64_t total_steps = 0;   // cosine: steps of the whole run (> 0)
   float momentum = 0.9f;      // SGD; 0 is plain SGD
   float beta1 = 0.9f;         // Adam
   float beta2 = 0.999f;       // Adam
@@ -33,8 +39,10 @@ struct OptimizerConfig {
 
 absl::StatusOr<OptimizerConfig::Kind> ParseOptimizerKind(const std::string& s);
 const char* OptimizerKindName(OptimizerConfig::Kind kind);
+// The learning rate of step t (0-based) under c's schedule.
+float LearningRateAt(const OptimizerConfig& c, uint64_t t);
 // Ranges: learning_rate in (0, 10], momentum and betas in [0, 1), epsilon > 0,
-// weight_decay in [0, 1).
+// weight_decay in [0, 1); a cosine schedule needs total_steps > 0.
 absl::Status ValidateOptimizerConfig(const OptimizerConfig& c);
 
 class OptimizerState {
@@ -42,6 +50,7 @@ class OptimizerState {
   OptimizerState(const OptimizerConfig& config, size_t size);
 
   // One step: params -= update(grad). Both spans must have size() elements.
+  // lr is LearningRateAt(config, steps()) before the step.
   //   SGD:  v = momentum * v + g;  p -= lr * v        (g includes weight decay)
   //   Adam: m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
   //         p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)

@@ -77,6 +77,32 @@ TEST_CASE("applying chunk by chunk is bit-identical to the whole vector", "[opti
   }
 }
 
+TEST_CASE("cosine schedule: lr at step 0, lr/2 half-way, 0 at the end", "[optimizer]") {
+  OptimizerConfig c;
+  c.learning_rate = 0.4f;
+  CHECK(LearningRateAt(c, 12345) == 0.4f);  // constant
+  c.schedule = OptimizerConfig::Schedule::kCosine;
+  c.total_steps = 100;
+  CHECK(LearningRateAt(c, 0) == 0.4f);
+  CHECK(LearningRateAt(c, 50) == Approx(0.2f));
+  CHECK(LearningRateAt(c, 25) == Approx(0.2f * (1 + std::sqrt(0.5f))));
+  CHECK(LearningRateAt(c, 100) == Approx(0.f).margin(1e-7));
+  CHECK(LearningRateAt(c, 1000) == Approx(0.f).margin(1e-7));  // stays at the floor
+  for (uint64_t t = 1; t <= 100; ++t) CHECK(LearningRateAt(c, t) < LearningRateAt(c, t - 1));
+  // Apply uses the rate of the step it takes: plain SGD moves p by lr_t * g.
+  c.momentum = 0;
+  c.total_steps = 2;
+  OptimizerState s(c, 1);
+  std::vector<float> p = {1.f};
+  const std::vector<float> g = {1.f};
+  s.Apply(absl::MakeSpan(p), g);
+  CHECK(p[0] == Approx(1.f - 0.4f));
+  s.Apply(absl::MakeSpan(p), g);
+  CHECK(p[0] == Approx(0.6f - 0.2f));
+  s.Apply(absl::MakeSpan(p), g);
+  CHECK(p[0] == Approx(0.4f).margin(1e-6));
+}
+
 TEST_CASE("optimizer config validation names the field", "[optimizer]") {
   OptimizerConfig c;
   CHECK(ValidateOptimizerConfig(c).ok());
@@ -91,6 +117,9 @@ TEST_CASE("optimizer config validation names the field", "[optimizer]") {
   c = OptimizerConfig();
   c.learning_rate = std::nanf("");
   CHECK(!ValidateOptimizerConfig(c).ok());
+  c = OptimizerConfig();
+  c.schedule = OptimizerConfig::Schedule::kCosine;
+  CHECK(ValidateOptimizerConfig(c).message().find("total_steps") != std::string::npos);
   CHECK(ParseOptimizerKind("adam").value() == OptimizerConfig::Kind::kAdam);
   CHECK(ParseOptimizerKind("rmsprop").status().message().find("rmsprop") != std::string::npos);
 }
