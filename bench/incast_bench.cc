@@ -150,9 +150,9 @@ std::string PeersJson(const transport::EndpointStats& es) {
     if (out.size() > 1) out += ",";
     out += absl::StrFormat(
         "{\"peer\":\"%s\",\"btlbw_mbps\":%.1f,\"rtprop_ms\":%.2f,\"cwnd_kb\":%.1f,"
-        "\"congestion_rounds\":%llu}",
+        "\"cap_mbps\":%.1f,\"congestion_rounds\":%llu}",
         e.peer.ToString(), e.btlbw_bps / 1e6, e.rtprop_us / 1e3, e.cwnd_bytes / 1e3,
-        (unsigned long long)e.congestion_rounds);
+        e.rate_cap_bps / 1e6, (unsigned long long)e.congestion_rounds);
   }
   return out + "]";
 }

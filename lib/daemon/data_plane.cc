@@ -223,6 +223,12 @@ TransportMetrics::TransportMetrics(prometheus::Registry& r, const std::string& p
                .Name(p + "_data_peer_cwnd_bytes")
                .Help("Congestion window towards each peer (bytes allowed in flight).")
                .Register(r);
+  rate_cap_ = &prometheus::BuildGauge()
+                   .Name(p + "_data_peer_rate_cap_bytes_per_second")
+                   .Help(
+                       "Fair-share cap on the pacing rate towards each peer (0: none): the "
+                       "receiver's share of its ingress, or this node's share of its egress.")
+                   .Register(r);
 }
 
 void TransportMetrics::Update(const transport::EndpointStats& s) {
@@ -256,6 +262,7 @@ void TransportMetrics::Update(const transport::EndpointStats& s) {
     btlbw_->Add({{"peer", peer}}).Set(static_cast<double>(e.btlbw_bps) / 8);
     rtprop_->Add({{"peer", peer}}).Set(e.rtprop_us / 1e6);
     cwnd_->Add({{"peer", peer}}).Set(static_cast<double>(e.cwnd_bytes));
+    rate_cap_->Add({{"peer", peer}}).Set(static_cast<double>(e.rate_cap_bps) / 8);
   }
 }
 

@@ -81,6 +81,7 @@ class TransportMetrics {
   prometheus::Family<prometheus::Gauge>* btlbw_;
   prometheus::Family<prometheus::Gauge>* rtprop_;
   prometheus::Family<prometheus::Gauge>* cwnd_;
+  prometheus::Family<prometheus::Gauge>* rate_cap_;
   prometheus::Gauge* ingress_;
   prometheus::Family<prometheus::Gauge>* lt_;
   prometheus::Family<prometheus::Gauge>* link_fraction_;

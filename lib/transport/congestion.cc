@@ -9,6 +9,7 @@ namespace {
 constexpr double kStartupGain = 2.885;  // 2/ln 2: doubles the rate every round
 constexpr double kCwndGain = 2.0;
 constexpr double kCycleGains[] = {1.25, 0.75, 1, 1, 1, 1, 1, 1};
+constexpr double kCapStartupGain = 1.25;  // startup under a fair-share cap: probe, do not flood
 constexpr int kCycleLength = sizeof(kCycleGains) / sizeof(kCycleGains[0]);
 
 }  // namespace
@@ -133,9 +134,15 @@ void CongestionControl::EndRound(uint64_t now_us) {
 }
 
 uint64_t CongestionControl::pacing_rate_bps() const {
-  if (btlbw_bps_ == 0) return config_.initial_rate_bps;
-  const double gain = startup_ ? kStartupGain : kCycleGains[cycle_index_];
-  const uint64_t rate = static_cast<uint64_t>(gain * static_cast<double>(btlbw_bps_));
+  uint64_t rate = config_.initial_rate_bps;
+  if (btlbw_bps_ > 0) {
+    const double gain = startup_ ? kStartupGain : kCycleGains[cycle_index_];
+    rate = static_cast<uint64_t>(gain * static_cast<double>(btlbw_bps_));
+  }
+  if (rate_cap_bps_ > 0) {
+    const double cap_gain = startup_ ? kCapStartupGain : kCycleGains[cycle_index_];
+    rate = std::min(rate, static_cast<uint64_t>(cap_gain * static_cast<double>(rate_cap_bps_)));
+  }
   return std::clamp<uint64_t>(rate, 1'000'000, config_.rate_bps_max);
 }
 
@@ -153,6 +160,19 @@ uint64_t CongestionControl::ModelCwnd() const {
 }
 
 uint64_t CongestionControl::cwnd_bytes() const { return std::min(ModelCwnd(), inflight_hi_); }
+
+uint64_t FairShareBps(uint64_t capacity_bps, std::vector<uint64_t>& rates_bps) {
+  if (rates_bps.size() < 2 || capacity_bps == 0) return 0;
+  std::sort(rates_bps.begin(), rates_bps.end());
+  uint64_t left = capacity_bps;
+  const size_t n = rates_bps.size();
+  for (size_t i = 0; i + 1 < n; ++i) {
+    const uint64_t level = left / (n - i);
+    if (rates_bps[i] >= level) return level;
+    left -= rates_bps[i];
+  }
+  return left;
+}
 
 }  // namespace transport
 }  // namespace hetps

@@ -21,12 +21,26 @@
 // on chance alone often enough to cost a lone sender 20-40% of its rate
 // (congestion_test).
 //
+// A fair-share cap (SetRateCap) comes from outside the path model: when
+// several flows share one bottleneck, each one's max-filtered BtlBw reads
+// the moments the others backed off, so their pacing rates add up to
+// several times the bottleneck. The endpoint measures the shared link's
+// capacity C (its windowed-max ingress, or its own egress) and each flow's
+// recent rate r_i, and sets the cap to the max-min fair level R
+// (FairShareBps: sum of min(r_i, R) = C). A flow slower than R for its own
+// reasons (a slow access link) keeps its rate, and what it leaves goes to
+// the others; when the flows together take less than C the largest one may
+// take all that is left. The flow paces at R times the phase's gain (1.25
+// probing, 0.75 draining, 1 cruising; 1.25 in startup), so shares still
+// probe: a probe that finds room raises the measured C, and R with it.
+//
 // Pure state machine: the caller passes times (microseconds, any epoch) and
 // byte counts. Not thread-safe; owned by the endpoint thread.
 #ifndef HETPS_LIB_TRANSPORT_CONGESTION_H_
 #define HETPS_LIB_TRANSPORT_CONGESTION_H_
 
 #include <cstdint>
+#include <vector>
 
 namespace hetps {
 namespace transport {
@@ -78,6 +92,10 @@ class CongestionControl {
   // before it was taken out.
   void OnLoss(uint32_t bytes, uint64_t inflight_bytes);
 
+  // Fair-share rate cap (see above); 0 removes it.
+  void SetRateCap(uint64_t bps) { rate_cap_bps_ = bps; }
+  uint64_t rate_cap_bps() const { return rate_cap_bps_; }
+
   uint64_t pacing_rate_bps() const;
   uint64_t cwnd_bytes() const;
   uint64_t btlbw_bps() const { return btlbw_bps_; }  // 0 until a sample
@@ -91,6 +109,7 @@ class CongestionControl {
 
  private:
   CongestionConfig config_;
+  uint64_t rate_cap_bps_ = 0;
   uint64_t delivered_ = 0;
   uint64_t delivered_us_ = 0;
   uint64_t first_sent_us_ = 0;  // send time of the packet acknowledged last
@@ -126,6 +145,13 @@ class CongestionControl {
   uint64_t ModelCwnd() const;
   void EndRound(uint64_t now_us);
 };
+
+// The max-min fair level of `capacity_bps` among flows whose recent rates
+// are `rates_bps` (water-filling): the R with sum of min(r_i, R) equal to
+// the capacity, or capacity - (sum of all but the largest) when the flows
+// together take less. 0 when there are fewer than two flows or no capacity
+// measured. Sorts `rates_bps`.
+uint64_t FairShareBps(uint64_t capacity_bps, std::vector<uint64_t>& rates_bps);
 
 }  // namespace transport
 }  // namespace hetps

@@ -1,10 +1,13 @@
 #include "lib/transport/congestion.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <deque>
 #include <queue>
 #include <random>
 #include <vector>
+
+#include "lib/transport/early_close.h"
 
 namespace hetps {
 namespace transport {
@@ -103,6 +106,12 @@ struct SharedBottleneck {
   double random_loss = 0;
   uint64_t seconds = 6;
   CongestionConfig config;
+  // The receiver advertises the max-min fair share of its measured ingress
+  // (FairShareBps over the senders' recent rates) and each sender caps its
+  // pacing at it (the endpoint does this through ACKs).
+  bool receiver_share = false;
+  std::vector<uint64_t> access_bps;  // per sender; empty: all at rate_bps
+  std::vector<uint64_t> delivered_late_by;
 
   uint64_t delivered_late = 0;  // bytes through the bottleneck in the last half
   uint64_t sent = 0, overflow_drops = 0, random_drops = 0;
@@ -125,6 +134,14 @@ struct SharedBottleneck {
     const uint64_t ser_us = uint64_t(bytes) * 8 * 1'000'000 / rate_bps;
     std::vector<CongestionControl> cc(senders, CongestionControl(config));
     std::vector<uint64_t> inflight(senders, 0), next_send(senders, 0), access_free(senders, 0);
+    std::vector<uint64_t> access_ser_us(senders, ser_us);
+    for (size_t i = 0; i < access_bps.size() && i < size_t(senders); ++i) {
+      access_ser_us[i] = uint64_t(bytes) * 8 * 1'000'000 / access_bps[i];
+    }
+    delivered_late_by.assign(senders, 0);
+    IngressRate ingress;
+    std::vector<IngressRate> sender_rate(senders, IngressRate(kShareBinUs, kShareBins));
+    std::vector<uint64_t> rates;
     std::deque<uint64_t> departures;  // of the packets queued at the bottleneck
     uint64_t link_free = 0;
     std::mt19937_64 rng(7);
@@ -146,12 +163,22 @@ struct SharedBottleneck {
           } else {
             link_free = std::max(link_free, e.t) + ser_us;
             departures.push_back(link_free);
-            if (link_free > end / 2 && link_free <= end) delivered_late += bytes;
+            if (link_free > end / 2 && link_free <= end) {
+              delivered_late += bytes;
+              delivered_late_by[e.sender] += bytes;
+            }
             events.push({link_free + rtt_us, order++, kAck, e.sender, e.sample});
           }
         } else if (e.kind == kAck) {
           cc[e.sender].OnAck(e.t, bytes, e.sample);
           inflight[e.sender] -= bytes;
+          if (receiver_share) {
+            ingress.OnBytes(e.t, bytes);
+            sender_rate[e.sender].OnBytes(e.t, bytes);
+            rates.clear();
+            for (auto& r : sender_rate) rates.push_back(r.rate_bps(e.t));
+            cc[e.sender].SetRateCap(FairShareBps(ingress.rate_bps(e.t), rates));
+          }
         } else {
           cc[e.sender].OnLoss(bytes, inflight[e.sender]);
           inflight[e.sender] -= bytes;
@@ -159,7 +186,7 @@ struct SharedBottleneck {
       }
       for (int i = 0; i < senders; ++i) {
         while (next_send[i] <= now && inflight[i] + bytes <= cc[i].cwnd_bytes()) {
-          access_free[i] = std::max(access_free[i], now) + ser_us;
+          access_free[i] = std::max(access_free[i], now) + access_ser_us[i];
           events.push({access_free[i], order++, kArrive, i, cc[i].OnSend(now, false)});
           inflight[i] += bytes;
           ++sent;
@@ -199,6 +226,72 @@ TEST_CASE("eight senders into one bottleneck: congestion loss caps in-flight dat
   // The response is what keeps the queue from dropping: without it 8 windows
   // of 2 x BDP overrun the queue.
   CHECK(without.overflow_fraction() > 2 * with.overflow_fraction());
+}
+
+TEST_CASE("a receiver-advertised fair share keeps eight senders off the queue's tail",
+          "[congestion]") {
+  SharedBottleneck capped;
+  capped.receiver_share = true;
+  capped.Run();
+  SharedBottleneck plain;
+  plain.Run();
+  INFO("share: utilization " << capped.utilization() << " overflow late "
+                             << capped.overflow_late_fraction() << " congestion rounds "
+                             << capped.congestion_rounds);
+  INFO("no share: utilization " << plain.utilization() << " overflow late "
+                                << plain.overflow_late_fraction() << " congestion rounds "
+                                << plain.congestion_rounds);
+  CHECK(capped.utilization() > 0.95);
+  CHECK(capped.overflow_late_fraction() < plain.overflow_late_fraction() / 2);
+  CHECK(capped.congestion_rounds < plain.congestion_rounds / 2);
+  // Fair: every sender within 10% of the equal share.
+  const double equal = double(capped.delivered_late) / capped.senders;
+  for (uint64_t b : capped.delivered_late_by) {
+    CHECK(double(b) > equal * 0.9);
+    CHECK(double(b) < equal * 1.1);
+  }
+}
+
+TEST_CASE("a sender faster than the average share is not pulled down to it", "[congestion]") {
+  // Sender 0 sits behind a 10 Mbit/s access link, sender 1 has the whole
+  // 100 Mbit/s: the average share (55) is below what sender 1 can take.
+  SharedBottleneck mixed;
+  mixed.senders = 2;
+  mixed.receiver_share = true;
+  mixed.access_bps = {10'000'000, 100'000'000};
+  mixed.Run();
+  const double half = double(mixed.seconds) / 2;
+  const double slow_mbps = double(mixed.delivered_late_by[0]) * 8 / half / 1e6;
+  const double fast_mbps = double(mixed.delivered_late_by[1]) * 8 / half / 1e6;
+  INFO("slow " << slow_mbps << " Mbit/s, fast " << fast_mbps << " Mbit/s, utilization "
+               << mixed.utilization());
+  CHECK(slow_mbps > 8);
+  CHECK(fast_mbps > 80);
+}
+
+TEST_CASE("fair share is the water-filling level", "[congestion]") {
+  std::vector<uint64_t> none = {50};
+  CHECK(FairShareBps(100, none) == 0);  // one flow: no share to keep
+  std::vector<uint64_t> unmeasured = {10, 20};
+  CHECK(FairShareBps(0, unmeasured) == 0);
+  std::vector<uint64_t> equal = {30, 30, 30, 30};
+  CHECK(FairShareBps(100, equal) == 25);
+  // The slow flow keeps its 10; the others split the 90 left.
+  std::vector<uint64_t> slow = {60, 10, 60};
+  CHECK(FairShareBps(100, slow) == 45);
+  // Two slow ones leave 70 to the last.
+  std::vector<uint64_t> two_slow = {10, 80, 20};
+  CHECK(FairShareBps(100, two_slow) == 70);
+  // Together under capacity: the largest may take all that is left.
+  std::vector<uint64_t> under = {10, 20, 30};
+  CHECK(FairShareBps(100, under) == 70);
+  // Sum of min(r_i, R) is the capacity whenever the flows fill it.
+  std::vector<uint64_t> mixed = {5, 90, 40, 12, 70};
+  const uint64_t r = FairShareBps(200, mixed);
+  uint64_t sum = 0;
+  for (uint64_t x : mixed) sum += std::min(x, r);
+  CHECK(sum <= 200);
+  CHECK(sum + mixed.size() > 200);
 }
 
 TEST_CASE("random loss of 1% on one sender is not congestion", "[congestion]") {

@@ -110,6 +110,11 @@ class IngressRate {
   std::deque<std::pair<uint64_t, uint64_t>> done_;  // (bin start, bytes)
 };
 
+// A single peer's recent rate, for the fair share (congestion.h,
+// FairShareBps): IngressRate over 50 ms bins, max of the last 4.
+constexpr uint32_t kShareBinUs = 50'000;
+constexpr uint32_t kShareBins = 4;
+
 // The shared-link bound on LT (above); 0 when the ingress rate is unknown.
 uint64_t SharedLtUs(const EarlyCloseConfig& c, uint32_t rtprop_us, uint64_t shared_bytes,
                     uint64_t ingress_bps);

@@ -151,6 +151,8 @@ struct PeerState {
   uint64_t highest_acked_tx = 0;
   std::deque<InflightEntry> inflight;
   std::deque<uint32_t> flows;  // active flow ids, served round-robin
+  uint64_t receiver_share_bps = 0;  // the receiver's fair share (ACK btlbw_kbps)
+  IngressRate acked{kShareBinUs, kShareBins};  // bytes acknowledged (egress share)
   double srtt_us = 0;
   double rttvar_us = 0;
 };
@@ -193,6 +195,7 @@ struct RecvFlow {
 struct RecvLink {
   LinkThreshold threshold;
   LinkEstimate estimate;
+  IngressRate recent{kShareBinUs, kShareBins};  // this peer's data rate (fair share)
 };
 
 struct Pending {
@@ -246,6 +249,9 @@ struct Endpoint::Impl {
   absl::flat_hash_map<RecvKey, StopInfo> closed;  // how each remembered flow closed
   absl::flat_hash_map<Peer, RecvLink> links;
   IngressRate ingress;  // data bytes received, all flows (shared-link LT)
+  IngressRate egress;   // data bytes acknowledged, all peers (egress share)
+  absl::flat_hash_set<Peer> share_peers;  // IngressShareBps's scratch
+  std::vector<uint64_t> share_rates;      // IngressShareBps's and SetRateCaps' scratch
   std::deque<RecvKey> closed_order;
   std::vector<Pending> pending;
   std::vector<OutDatagram> flush_out;  // Flush's scratch, kept to reuse its capacity
@@ -277,7 +283,9 @@ struct Endpoint::Impl {
   void HandleAck(const Peer& from, const Packet& p, uint64_t now);
   bool AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t now);
   void QueueAck(const Peer& to, const Header& about);
-  void EmitAcks();
+  void EmitAcks(uint64_t now);
+  uint64_t IngressShareBps(uint64_t now);
+  void SetRateCaps(uint64_t now);
   void HandleStop(const Peer& from, const Packet& p);
   // Loss-tolerant flows: refresh thresholds, close what is due; returns the
   // next time a threshold passes (UINT64_MAX: none).
@@ -512,12 +520,46 @@ void Endpoint::Impl::QueueAck(const Peer& to, const Header& about) {
   b.seqs.push_back(about.seq);
 }
 
-void Endpoint::Impl::EmitAcks() {
+// The max-min fair share of this endpoint's ingress among the peers
+// sending to it now (FairShareBps over their recent rates; 0 with fewer
+// than two): ACKs carry it in btlbw_kbps, and the senders cap their pacing
+// at it (congestion.h, SetRateCap).
+uint64_t Endpoint::Impl::IngressShareBps(uint64_t now) {
+  share_peers.clear();
+  for (const auto& [key, f] : recv) share_peers.insert(key.peer);
+  if (share_peers.size() < 2) return 0;
+  share_rates.clear();
+  for (const Peer& p : share_peers) share_rates.push_back(links[p].recent.rate_bps(now));
+  return FairShareBps(ingress.rate_bps(now), share_rates);
+}
+
+// The same on the sending side over this endpoint's egress (bytes
+// acknowledged, all peers) and its active peers' recent rates; each active
+// peer's controller is capped at the smaller of that and the receiver's
+// advertised share.
+void Endpoint::Impl::SetRateCaps(uint64_t now) {
+  share_rates.clear();
+  for (auto& [peer, ps] : peers) {
+    if (!ps->flows.empty()) share_rates.push_back(ps->acked.rate_bps(now));
+  }
+  const uint64_t egress_share = FairShareBps(egress.rate_bps(now), share_rates);
+  for (auto& [peer, ps] : peers) {
+    if (ps->flows.empty()) continue;
+    uint64_t cap = ps->receiver_share_bps;
+    if (egress_share > 0 && (cap == 0 || egress_share < cap)) cap = egress_share;
+    ps->cc.SetRateCap(cap);
+  }
+}
+
+void Endpoint::Impl::EmitAcks(uint64_t now) {
+  if (acks.empty()) return;
+  const uint64_t share_kbps = std::min<uint64_t>(IngressShareBps(now) / 1000, UINT32_MAX);
   for (auto& [key, batch] : acks) {
     for (size_t i = 0; i < batch.seqs.size(); i += 1 + kAckSeqsMax) {
       const size_t extra = std::min(kAckSeqsMax, batch.seqs.size() - i - 1);
       Header h = batch.about;
       h.seq = batch.seqs[i];
+      h.btlbw_kbps = static_cast<uint32_t>(share_kbps);
       const std::vector<uint8_t>* body = nullptr;
       if (extra > 0) {
         ack_payloads.emplace_back(extra * sizeof(uint32_t));
@@ -565,7 +607,7 @@ void Endpoint::Impl::Receive(uint64_t now) {
           break;
       }
     }
-    EmitAcks();
+    EmitAcks(now);
     Flush(now);
     if (static_cast<uint32_t>(got) < config.batch_max) return;
   }
@@ -630,6 +672,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
   }
   word |= bit;
   ingress.OnBytes(now, f.packet_bytes);
+  links[from].recent.OnBytes(now, f.packet_bytes);
   receiver->OnData(from, h, p.payload);
   ++f.received;
   if (f.lossy) {
@@ -759,6 +802,7 @@ void Endpoint::Impl::HandleAck(const Peer& from, const Packet& p, uint64_t now) 
   if (it == flows.end() || it->second->peer != from) return;  // finished or not ours
   SendFlow& f = *it->second;
   PeerState& ps = PeerFor(from);
+  ps.receiver_share_bps = uint64_t(h.btlbw_kbps) * 1000;
   bool finished = AckOne(f, ps, h.seq, now);
   const size_t extra = h.payload_bytes / sizeof(uint32_t);
   for (size_t i = 0; i < extra && !finished; ++i) finished = AckOne(f, ps, AckSeq(p, i), now);
@@ -781,6 +825,8 @@ bool Endpoint::Impl::AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t n
     st.in_flight = false;
   }
   ps.cc.OnAck(now, bytes, st.sample);
+  egress.OnBytes(now, bytes);
+  ps.acked.OnBytes(now, bytes);
   if (!st.sample.retransmitted && now >= st.sample.sent_us) {
     const double rtt = double(now - st.sample.sent_us);
     if (ps.srtt_us == 0) {
@@ -852,6 +898,7 @@ void Endpoint::Impl::DetectLosses(PeerState& ps, uint64_t now) {
 
 void Endpoint::Impl::SendData(uint64_t now) {
   const uint64_t burst_us_max = 200;  // lets one wake-up fill a batch
+  SetRateCaps(now);
   for (auto& [peer, psp] : peers) {
     PeerState& ps = *psp;
     if (ps.flows.empty()) continue;
@@ -1055,7 +1102,7 @@ void Endpoint::Impl::Publish() {
   EndpointStats s = stats;
   for (auto& [peer, ps] : peers) {
     s.peers.push_back({peer, ps->cc.btlbw_bps(), ps->cc.rtprop_us(), ps->cc.pacing_rate_bps(),
-                       ps->cc.cwnd_bytes(), ps->cc.congestion_rounds()});
+                       ps->cc.cwnd_bytes(), ps->cc.congestion_rounds(), ps->cc.rate_cap_bps()});
     s.congestion_rounds += ps->cc.congestion_rounds();
   }
   for (auto& [peer, link] : links) s.links.push_back(link.estimate);

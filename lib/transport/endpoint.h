@@ -184,6 +184,10 @@ struct PeerEstimate {
   // Rounds that lost more than loss_threshold (congestion.h): each one
   // lowered the cap on data in flight.
   uint64_t congestion_rounds = 0;
+  // Fair-share cap on the pacing rate (congestion.h SetRateCap): the
+  // receiver's advertised share of its ingress or this endpoint's egress
+  // share, whichever is smaller; 0: none (one flow alone).
+  uint64_t rate_cap_bps = 0;
 };
 
 // A receiving link's Early Close state (loss-tolerant flows only).
