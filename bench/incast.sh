@@ -12,7 +12,9 @@
 #
 # Prints, per case and transport, the median batch synchronization time
 # (the last worker's pull minus the first worker's push start, per
-# iteration) beside the ideal (bytes over the link rate), and appends a
+# iteration) beside the ideal (bytes over the link rate), the steady-state
+# seconds per iteration (round to round: a worker whose pull ended early
+# pushes while the others still pull), and appends a
 # row to $OUT/results.md. Needs root; builds what it runs (-c opt).
 set -euo pipefail
 
@@ -101,6 +103,14 @@ for i, rs in sorted(it.items()):
     push.append(max(r["push_done"] for r in rs) - min(r["push_start"] for r in rs))
     # Gradient bytes that arrived (an LTP push closed early delivers less).
     delivered.append(sum(r["push_bytes"] * r["delivered_packets"] / r["packets"] for r in rs))
+# Steady-state seconds per iteration: from the warm-up's last pull to the
+# last pull of the last iteration, over the iterations measured. Workers
+# whose pull ended early start their next push early, while the others
+# still pull (opposite link directions), so this can be below `sync`.
+done = {i: max(r["pull_done"] for r in rs) for i, rs in it.items() if len(rs) == workers}
+measured = sorted(i for i in done if i > 0)
+period = ((done[measured[-1]] - done[0]) / len(measured)
+          if measured and 0 in done else float("nan"))
 ideal = 2 * workers * mb * 1e6 * 8 / rate
 med = statistics.median(sync) if sync else float("nan")
 pmed = statistics.median(push) if push else float("nan")
@@ -109,8 +119,8 @@ frac = statistics.median(d / (workers * mb * 1e6) for d in delivered) if push el
 name = spec + ("(" + ",".join(sorted(cc)) + ")" if cc else "")
 print(f"incast: {mb:g} MB rtt {rtt} ms loss {loss}% {name}: sync median {med:.2f} s "
       f"(runs {[round(s, 2) for s in sync]}), push {pmed:.2f} s, {frac:.1%} delivered = "
-      f"{goodput:.1f} Mbit/s aggregate goodput, ideal {ideal:.2f} s; server {server}")
-print(f"| {mb:g} | {rtt} | {loss} | {name} | {med:.2f} | {med / ideal:.2f} | {pmed:.2f} | "
+      f"{goodput:.1f} Mbit/s aggregate goodput, ideal {ideal:.2f} s; {period:.2f} s per iteration; server {server}")
+print(f"| {mb:g} | {rtt} | {loss} | {name} | {med:.2f} | {med / ideal:.2f} | {period:.2f} | {pmed:.2f} | "
       f"{frac:.1%} | {goodput:.1f} | {ideal:.2f} | {server.get('retransmissions', 0)} |",
       file=open(sys.argv[8], "a"))
 PY
@@ -118,8 +128,8 @@ PY
 
 rate_mbit=$(echo "$RATE" | sed -n 's/^\([0-9.]*\)mbit$/\1/p')
 [ -n "$rate_mbit" ] || { echo "incast: RATE must be in mbit, got $RATE" >&2; exit 2; }
-[ -f "$OUT/results.md" ] || echo "| MB | RTT ms | loss % | transport | sync s (median) | x ideal | push s | delivered | push goodput Mbit/s | ideal s | psd retransmissions |
-|---|---|---|---|---|---|---|---|---|---|---|" >"$OUT/results.md"
+[ -f "$OUT/results.md" ] || echo "| MB | RTT ms | loss % | transport | sync s (median) | x ideal | s/iteration | push s | delivered | push goodput Mbit/s | ideal s | psd retransmissions |
+|---|---|---|---|---|---|---|---|---|---|---|---|" >"$OUT/results.md"
 for case in "$@"; do
   IFS=/ read -r mb rtt loss <<<"$case"
   "$TB" shape "$RATE" "$rtt" "$loss" >/dev/null

@@ -22,6 +22,9 @@ absl::Status ValidateEarlyCloseConfig(const EarlyCloseConfig& c) {
   if (c.slack_us > 600'000'000) {
     return absl::InvalidArgumentError("early close: slack over 600 s");
   }
+  if (!(c.slack_fraction >= 0 && c.slack_fraction <= 1)) {
+    return absl::InvalidArgumentError("early close: slack_fraction outside [0, 1]");
+  }
   return absl::OkStatus();
 }
 
@@ -73,6 +76,13 @@ uint64_t IngressRate::rate_bps(uint64_t now_us) {
   uint64_t best = 0;
   for (const auto& [start, bytes] : done_) best = std::max(best, bytes);
   return best * 8 * 1'000'000 / bin_us_;
+}
+
+uint64_t DeadlineUs(const EarlyCloseConfig& c, uint64_t max_lt_us) {
+  const double proportional = c.slack_fraction * static_cast<double>(max_lt_us);
+  const uint64_t slack =
+      std::max<uint64_t>(c.slack_us, static_cast<uint64_t>(std::min(proportional, 1e15)));
+  return max_lt_us > UINT64_MAX - slack ? UINT64_MAX : max_lt_us + slack;
 }
 
 uint64_t SharedLtUs(const EarlyCloseConfig& c, uint32_t rtprop_us, uint64_t shared_bytes,

@@ -116,5 +116,17 @@ TEST_CASE("shared-link LT: all open bytes over the ingress rate", "[early_close]
 }
 
 }  // namespace
+TEST_CASE("the deadline's slack is C or a fraction of a long LT", "[early_close]") {
+  EarlyCloseConfig c;                              // C = 30 ms, 5%
+  CHECK(DeadlineUs(c, 100'000) == 130'000);        // short LT: C
+  CHECK(DeadlineUs(c, 10'000'000) == 10'500'000);  // 10 s: 5% = 500 ms
+  CHECK(DeadlineUs(c, UINT64_MAX) == UINT64_MAX);  // unknown stays unknown
+  CHECK(DeadlineUs(c, UINT64_MAX - 10) == UINT64_MAX);
+  c.slack_fraction = 0;
+  CHECK(DeadlineUs(c, 10'000'000) == 10'030'000);  // the paper's max(LT) + C
+  c.slack_fraction = 1.5;
+  CHECK_FALSE(ValidateEarlyCloseConfig(c).ok());
+}
+
 }  // namespace transport
 }  // namespace hetps

@@ -150,8 +150,8 @@ struct PeerState {
   uint64_t tx_counter = 0;
   uint64_t highest_acked_tx = 0;
   std::deque<InflightEntry> inflight;
-  std::deque<uint32_t> flows;  // active flow ids, served round-robin
-  uint64_t receiver_share_bps = 0;  // the receiver's fair share (ACK btlbw_kbps)
+  std::deque<uint32_t> flows;                  // active flow ids, served round-robin
+  uint64_t receiver_share_bps = 0;             // the receiver's fair share (ACK btlbw_kbps)
   IngressRate acked{kShareBinUs, kShareBins};  // bytes acknowledged (egress share)
   double srtt_us = 0;
   double rttvar_us = 0;
@@ -248,8 +248,8 @@ struct Endpoint::Impl {
   absl::flat_hash_map<RecvKey, RecvFlow> recv;
   absl::flat_hash_map<RecvKey, StopInfo> closed;  // how each remembered flow closed
   absl::flat_hash_map<Peer, RecvLink> links;
-  IngressRate ingress;  // data bytes received, all flows (shared-link LT)
-  IngressRate egress;   // data bytes acknowledged, all peers (egress share)
+  IngressRate ingress;                    // data bytes received, all flows (shared-link LT)
+  IngressRate egress;                     // data bytes acknowledged, all peers (egress share)
   absl::flat_hash_set<Peer> share_peers;  // IngressShareBps's scratch
   std::vector<uint64_t> share_rates;      // IngressShareBps's and SetRateCaps' scratch
   std::deque<RecvKey> closed_order;
@@ -748,8 +748,7 @@ uint64_t Endpoint::Impl::CheckEarlyClose(uint64_t now) {
     max_lt = std::max(max_lt, f.lt_us);
   }
   if (!any) return UINT64_MAX;
-  const uint64_t deadline =
-      max_lt > UINT64_MAX - early_close.slack_us ? UINT64_MAX : max_lt + early_close.slack_us;
+  const uint64_t deadline = DeadlineUs(early_close, max_lt);
   // Pass 2: close what is due; the next time a threshold passes.
   std::vector<std::pair<RecvKey, CloseReason>> due;
   uint64_t next = UINT64_MAX;
