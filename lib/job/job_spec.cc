@@ -46,8 +46,8 @@ void Bind(ConfigSchema& s, JobSpec& j) {
          {"default", "cubic", "bbr", "reno"});
   s.Double("ltp_min_delivered", &j.ltp_min_delivered,
            "ltp: delivered fraction that lets a push close after the LT threshold", 0.01, 1);
-  s.Int("ltp_slack_ms", &j.ltp_slack_ms, "ltp: deadline = max(LT) + this (30 DC, 100 WAN)", 0,
-        600'000);
+  s.Int("ltp_slack_ms", &j.ltp_slack_ms,
+        "ltp: deadline = max(LT) + max(this, 5% of max(LT)) (30 DC, 100 WAN)", 0, 600'000);
   s.Double("ltp_lt_factor", &j.ltp_lt_factor,
            "ltp: initial LT threshold = this x RTprop + size / BtlBw", 0, 100);
   s.Int("ltp_lt_fixed_ms", &j.ltp_lt_fixed_ms, "ltp: fixed LT threshold (0: measured)", 0,
