@@ -10,6 +10,9 @@ constexpr double kStartupGain = 2.885;  // 2/ln 2: doubles the rate every round
 constexpr double kCwndGain = 2.0;
 constexpr double kCycleGains[] = {1.25, 0.75, 1, 1, 1, 1, 1, 1};
 constexpr double kCapStartupGain = 1.25;  // startup under a fair-share cap: probe, do not flood
+// After startup the standing-queue response waits until a round sees
+// RTprop again (startup's own queue has drained), or this many rounds.
+constexpr uint32_t kArmRounds = 16;
 constexpr int kCycleLength = sizeof(kCycleGains) / sizeof(kCycleGains[0]);
 
 }  // namespace
@@ -35,6 +38,7 @@ void CongestionControl::OnAck(uint64_t now_us, uint32_t bytes, const SendSample&
     const uint32_t rtt =
         static_cast<uint32_t>(std::min<uint64_t>(now_us - sample.sent_us, UINT32_MAX));
     const uint32_t rtt_sample = std::max<uint32_t>(rtt, 1);
+    round_min_rtt_us_ = std::min(round_min_rtt_us_, rtt_sample);
     if (rtprop_us_ == 0 || rtt_sample <= rtprop_us_ ||
         now_us - rtprop_stamp_us_ > config_.rtprop_window_us) {
       rtprop_us_ = rtt_sample;
@@ -78,6 +82,7 @@ void CongestionControl::OnAck(uint64_t now_us, uint32_t bytes, const SendSample&
       full_bw_rounds_ = 0;
     } else if (++full_bw_rounds_ >= 3) {
       startup_ = false;
+      unarmed_rounds_ = kArmRounds;
       cycle_start_us_ = now_us;
     }
   }
@@ -102,9 +107,23 @@ void CongestionControl::OnLoss(uint32_t bytes, uint64_t inflight_bytes) {
 void CongestionControl::EndRound(uint64_t now_us) {
   ++rounds_;
   const uint64_t total = round_delivered_bytes_ + round_lost_bytes_;
-  const bool congested = config_.loss_threshold > 0 &&
-                         round_lost_packets_ >= config_.loss_packets_min &&
-                         double(round_lost_bytes_) > config_.loss_threshold * double(total);
+  const bool over_threshold = config_.loss_threshold > 0 &&
+                              round_lost_packets_ >= config_.loss_packets_min &&
+                              double(round_lost_bytes_) > config_.loss_threshold * double(total);
+  // A queue stood all round: even its smallest RTT is well above RTprop.
+  // Not in startup: its own gain of 2.9 builds a queue there.
+  const uint64_t queue_us =
+      std::max<uint64_t>(config_.queue_delay_min_us,
+                         static_cast<uint64_t>(config_.queue_delay_fraction * double(rtprop_us_)));
+  const bool queue = !startup_ && config_.standing_queue_response && rtprop_us_ > 0 &&
+                     round_min_rtt_us_ != UINT32_MAX && round_min_rtt_us_ > rtprop_us_ + queue_us;
+  const bool congested =
+      over_threshold || (queue && unarmed_rounds_ == 0 && round_lost_packets_ > 0);
+  if (unarmed_rounds_ > 0) {
+    const bool drained = rtprop_us_ > 0 && round_min_rtt_us_ <= rtprop_us_ + queue_us;
+    unarmed_rounds_ = drained ? 0 : unarmed_rounds_ - 1;
+  }
+  if (congested && !over_threshold) ++standing_queue_rounds_;
   const uint64_t model = ModelCwnd();
   if (congested) {
     ++congestion_rounds_;
@@ -115,14 +134,20 @@ void CongestionControl::EndRound(uint64_t now_us) {
                                       uint64_t(config_.cwnd_packets_min) * config_.packet_bytes);
     if (startup_) {  // the pipe is full: stop doubling
       startup_ = false;
+      unarmed_rounds_ = kArmRounds;
       cycle_start_us_ = now_us;
     }
   } else if (inflight_hi_ != UINT64_MAX) {
     // Additive (one packet a round, as TCP Reno) while congestion is recent;
     // after additive_rounds without it, doubling: a false alarm on a long fat
     // link must not cost thousands of rounds.
+    // While a queue stands the alarm was no false one: stay additive, as
+    // the loss-based flows that keep the queue do.
     inflight_hi_ += uint64_t(growth_packets_) * config_.packet_bytes;
-    if (++rounds_since_congestion_ > config_.additive_rounds) {
+    if (queue) {
+      growth_packets_ = 1;
+      rounds_since_congestion_ = 0;
+    } else if (++rounds_since_congestion_ > config_.additive_rounds) {
       growth_packets_ = std::min<uint32_t>(growth_packets_ * 2, 1u << 20);
     }
     if (inflight_hi_ >= model) inflight_hi_ = UINT64_MAX;
@@ -131,6 +156,7 @@ void CongestionControl::EndRound(uint64_t now_us) {
   round_lost_bytes_ = 0;
   round_lost_packets_ = 0;
   round_loss_inflight_ = 0;
+  round_min_rtt_us_ = UINT32_MAX;
 }
 
 uint64_t CongestionControl::pacing_rate_bps() const {

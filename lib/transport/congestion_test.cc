@@ -111,12 +111,15 @@ struct SharedBottleneck {
   // pacing at it (the endpoint does this through ACKs).
   bool receiver_share = false;
   std::vector<uint64_t> access_bps;  // per sender; empty: all at rate_bps
+  // Senders that are loss-based TCP instead (Reno with Cubic's beta 0.7:
+  // slow start, +1 packet per RTT, x0.7 once per window of loss; no pacing).
+  int aimd_senders = 0;  // the last ones
   std::vector<uint64_t> delivered_late_by;
 
   uint64_t delivered_late = 0;  // bytes through the bottleneck in the last half
   uint64_t sent = 0, overflow_drops = 0, random_drops = 0;
   uint64_t sent_late = 0, overflow_late = 0;  // in the last half
-  uint64_t congestion_rounds = 0;
+  uint64_t congestion_rounds = 0, standing_queue_rounds = 0;
 
   void Run() {
     enum Kind { kArrive, kAck, kLoss };
@@ -142,6 +145,10 @@ struct SharedBottleneck {
     IngressRate ingress;
     std::vector<IngressRate> sender_rate(senders, IngressRate(kShareBinUs, kShareBins));
     std::vector<uint64_t> rates;
+    std::vector<double> aimd_cwnd(senders, 10.0 * bytes);
+    std::vector<bool> aimd_slow_start(senders, true);
+    std::vector<uint64_t> aimd_cut_us(senders, 0);
+    const auto is_aimd = [&](int i) { return i >= senders - aimd_senders; };
     std::deque<uint64_t> departures;  // of the packets queued at the bottleneck
     uint64_t link_free = 0;
     std::mt19937_64 rng(7);
@@ -169,6 +176,10 @@ struct SharedBottleneck {
             }
             events.push({link_free + rtt_us, order++, kAck, e.sender, e.sample});
           }
+        } else if (e.kind == kAck && is_aimd(e.sender)) {
+          double& w = aimd_cwnd[e.sender];
+          w += aimd_slow_start[e.sender] ? bytes : double(bytes) * bytes / w;
+          inflight[e.sender] -= bytes;
         } else if (e.kind == kAck) {
           cc[e.sender].OnAck(e.t, bytes, e.sample);
           inflight[e.sender] -= bytes;
@@ -179,18 +190,28 @@ struct SharedBottleneck {
             for (auto& r : sender_rate) rates.push_back(r.rate_bps(e.t));
             cc[e.sender].SetRateCap(FairShareBps(ingress.rate_bps(e.t), rates));
           }
+        } else if (is_aimd(e.sender)) {
+          if (e.sample.sent_us >= aimd_cut_us[e.sender]) {  // once per window
+            aimd_cwnd[e.sender] = std::max(2.0 * bytes, 0.7 * aimd_cwnd[e.sender]);
+            aimd_slow_start[e.sender] = false;
+            aimd_cut_us[e.sender] = e.t;
+          }
+          inflight[e.sender] -= bytes;
         } else {
           cc[e.sender].OnLoss(bytes, inflight[e.sender]);
           inflight[e.sender] -= bytes;
         }
       }
       for (int i = 0; i < senders; ++i) {
-        while (next_send[i] <= now && inflight[i] + bytes <= cc[i].cwnd_bytes()) {
+        const bool aimd = is_aimd(i);
+        while (next_send[i] <= now &&
+               inflight[i] + bytes <= (aimd ? uint64_t(aimd_cwnd[i]) : cc[i].cwnd_bytes())) {
           access_free[i] = std::max(access_free[i], now) + access_ser_us[i];
           events.push({access_free[i], order++, kArrive, i, cc[i].OnSend(now, false)});
           inflight[i] += bytes;
           ++sent;
           if (now > end / 2) ++sent_late;
+          if (aimd) continue;  // window-limited, not paced
           next_send[i] =
               std::max(next_send[i], now) +
               std::max<uint64_t>(1, uint64_t(bytes) * 8'000'000 / cc[i].pacing_rate_bps());
@@ -198,7 +219,10 @@ struct SharedBottleneck {
         if (next_send[i] < now) next_send[i] = now;
       }
     }
-    for (const auto& c : cc) congestion_rounds += c.congestion_rounds();
+    for (int i = 0; i < senders - aimd_senders; ++i) {
+      congestion_rounds += cc[i].congestion_rounds();
+      standing_queue_rounds += cc[i].standing_queue_rounds();
+    }
   }
   double utilization() const {
     return double(delivered_late) * 8 / (double(rate_bps) * double(seconds) / 2);
@@ -264,7 +288,8 @@ TEST_CASE("a sender faster than the average share is not pulled down to it", "[c
   const double slow_mbps = double(mixed.delivered_late_by[0]) * 8 / half / 1e6;
   const double fast_mbps = double(mixed.delivered_late_by[1]) * 8 / half / 1e6;
   INFO("slow " << slow_mbps << " Mbit/s, fast " << fast_mbps << " Mbit/s, utilization "
-               << mixed.utilization());
+               << mixed.utilization() << ", congestion rounds " << mixed.congestion_rounds
+               << " (standing queue " << mixed.standing_queue_rounds << ")");
   CHECK(slow_mbps > 8);
   CHECK(fast_mbps > 80);
 }
@@ -314,6 +339,35 @@ TEST_CASE("random loss of 1% on one sender is not congestion", "[congestion]") {
                                     << strict.congestion_rounds);
   CHECK(strict.congestion_rounds > 0);
   CHECK(strict.utilization() < 0.9);
+}
+
+TEST_CASE("a loss-based TCP flow keeps a share against LTP's controller", "[congestion]") {
+  // One paced LTP sender and one Reno/Cubic-like sender share the 100
+  // Mbit/s bottleneck with a queue of one BDP (tbf with latency 20 ms on the
+  // testbed). The TCP flow fills the queue until it overflows; without the
+  // standing-queue qualifier LTP reads the overflow as loss below 5% and
+  // never yields.
+  const auto run = [](bool standing) {
+    SharedBottleneck pair;
+    pair.senders = 2;
+    pair.aimd_senders = 1;
+    pair.seconds = 8;
+    pair.config.standing_queue_response = standing;
+    pair.Run();
+    return pair;
+  };
+  const SharedBottleneck with = run(true);
+  const SharedBottleneck without = run(false);
+  const auto ratio = [](const SharedBottleneck& p) {
+    return double(p.delivered_late_by[0]) / double(std::max<uint64_t>(p.delivered_late_by[1], 1));
+  };
+  INFO("with qualifier: ltp/tcp " << ratio(with) << " utilization " << with.utilization()
+                                  << " standing rounds " << with.standing_queue_rounds);
+  INFO("without: ltp/tcp " << ratio(without) << " utilization " << without.utilization());
+  CHECK(with.standing_queue_rounds > 0);
+  CHECK(ratio(with) < ratio(without) / 1.5);
+  CHECK(ratio(with) < 2.5);  // kernel BBR against cubic on the testbed: 2.4
+  CHECK(with.utilization() > 0.9);
 }
 
 }  // namespace
