@@ -19,10 +19,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -51,7 +53,10 @@ struct Flags {
   int64_t iterations = 4;
   int64_t slack_ms = 30;
   double min_delivered = 0.8;
-  double seconds = 5;  // udp_blast / udp_sink
+  double seconds = 5;      // udp_blast / udp_sink
+  bool trace = false;      // worker: controller trace
+  int64_t ack_every = -1;  // < 0: the endpoint's default
+  int64_t room = -1;       // congestion room_restart: 0 off, 1 on, < 0 default
 };
 
 [[noreturn]] void Usage(const std::string& why) {
@@ -61,7 +66,8 @@ struct Flags {
                "  server: --workers=IP:PORT,...   worker/udp_blast: --server=IP:PORT\n"
                "  --transport=ltp|reliable|tcp [--tcp_cc=cubic|bbr] --model_mb=21 "
                "--iterations=4\n"
-               "  --ltp_slack_ms=30 --ltp_min_delivered=0.8 --seconds=5\n",
+               "  --ltp_slack_ms=30 --ltp_min_delivered=0.8 --seconds=5 --trace=false\n"
+               "  --ack_every=16 --room=1 (A/B of the endpoint's delayed ACKs, room restarts)\n",
                why.c_str());
   std::exit(2);
 }
@@ -96,6 +102,12 @@ Flags Parse(int argc, char** argv) {
       ok = absl::SimpleAtod(v, &f.min_delivered) && f.min_delivered > 0 && f.min_delivered <= 1;
     } else if (k == "seconds") {
       ok = absl::SimpleAtod(v, &f.seconds) && f.seconds > 0;
+    } else if (k == "ack_every") {
+      ok = absl::SimpleAtoi(v, &f.ack_every) && f.ack_every >= 1 && f.ack_every <= 257;
+    } else if (k == "room") {
+      ok = absl::SimpleAtoi(v, &f.room) && (f.room == 0 || f.room == 1);
+    } else if (k == "trace") {
+      ok = absl::SimpleAtob(v, &f.trace);
     } else {
       Usage("unknown flag --" + k);
     }
@@ -128,6 +140,8 @@ transport::EndpointConfig EndpointFor(const Flags& f) {
   c.tcp_congestion = f.tcp_cc;
   c.early_close.slack_us = uint32_t(f.slack_ms * 1000);
   c.early_close.min_fraction = f.min_delivered;
+  if (f.ack_every >= 1) c.ack_every = uint32_t(f.ack_every);
+  if (f.room >= 0) c.congestion.room_restart = f.room == 1;
   return c;
 }
 
@@ -178,23 +192,50 @@ int RunServer(const Flags& f) {
     return 1;
   }
   (*server)->SetWorkers(workers);
+  // Ingress trace: psd's received bytes every 100 ms, so the driver can see
+  // how full the incast link is while pushes are in flight (not only the
+  // span from the first push to the last).
+  std::atomic<bool> tracing{true};
+  std::vector<std::pair<double, uint64_t>> trace;
+  std::thread tracer([&] {
+    while (tracing.load()) {
+      trace.emplace_back(Mono(), (*server)->endpoint().GetStats().bytes_received);
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  });
   (*server)->Start();
   const bool done = (*server)->WaitFinished(absl::Seconds(3600));
+  tracing.store(false);
+  tracer.join();
+  std::string tj = "{\"role\":\"trace\",\"t\":[";
+  for (size_t i = 0; i < trace.size(); ++i) {
+    tj += absl::StrFormat("%s%.3f", i ? "," : "", trace[i].first);
+  }
+  tj += "],\"rx_bytes\":[";
+  for (size_t i = 0; i < trace.size(); ++i) {
+    tj += absl::StrFormat("%s%llu", i ? "," : "", (unsigned long long)trace[i].second);
+  }
+  std::printf("%s]}\n", tj.c_str());
   const ps::ShardServerStats s = (*server)->GetStats();
   const transport::EndpointStats es = (*server)->endpoint().GetStats();
   std::printf(
       "{\"role\":\"server\",\"finished\":%s,\"rounds_complete\":%llu,\"rounds_deadline\":%llu,"
       "\"partial_pushes\":%llu,\"bubble_bytes\":%llu,\"bytes_received\":%llu,"
       "\"closes_complete\":%llu,\"closes_fraction\":%llu,\"closes_deadline\":%llu,"
-      "\"retransmissions\":%llu,\"congestion_rounds\":%llu,\"send_buffer_waits\":%llu,"
+      "\"retransmissions\":%llu,\"congestion_rounds\":%llu,\"standing_queue_rounds\":%llu,"
+      "\"startup_restarts\":%llu,\"send_buffer_waits\":%llu,\"datagrams_received\":%llu,"
+      "\"datagrams_sent\":%llu,\"acks_sent\":%llu,\"acks_received\":%llu,"
       "\"ingress_mbps\":%.1f,\"lt_ms\":[%s],\"peers\":%s}\n",
       done ? "true" : "false", (unsigned long long)s.rounds_complete,
       (unsigned long long)s.rounds_by_deadline, (unsigned long long)s.partial_pushes,
       (unsigned long long)s.bubble_bytes, (unsigned long long)es.bytes_received,
       (unsigned long long)es.lossy_closes[0], (unsigned long long)es.lossy_closes[1],
       (unsigned long long)es.lossy_closes[2], (unsigned long long)es.retransmissions,
-      (unsigned long long)es.congestion_rounds, (unsigned long long)es.send_buffer_waits,
-      es.ingress_bps / 1e6, LtJson(es).c_str(), PeersJson(es).c_str());
+      (unsigned long long)es.congestion_rounds, (unsigned long long)es.standing_queue_rounds,
+      (unsigned long long)es.startup_restarts, (unsigned long long)es.send_buffer_waits,
+      (unsigned long long)es.datagrams_received, (unsigned long long)es.datagrams_sent,
+      (unsigned long long)es.acks_sent, (unsigned long long)es.acks_received, es.ingress_bps / 1e6,
+      LtJson(es).c_str(), PeersJson(es).c_str());
   return done ? 0 : 1;
 }
 
@@ -262,6 +303,22 @@ int RunWorker(const Flags& f) {
     std::fprintf(stderr, "worker: no parameters from %s\n", f.server.c_str());
     return 1;
   }
+  // Trace of the controller towards psd every 50 ms (--trace): time,
+  // BtlBw, pacing rate, cap, window and data in flight (kB), startup.
+  std::atomic<bool> tracing{f.trace};
+  std::string trace;
+  std::thread tracer([&] {
+    while (tracing.load()) {
+      for (const transport::PeerEstimate& e : (*t)->GetStats().peers) {
+        if (!(e.peer == server)) continue;
+        trace += absl::StrFormat("%s[%.3f,%.1f,%.1f,%.1f,%.0f,%.0f,%d]", trace.empty() ? "" : ",",
+                                 Mono(), e.btlbw_bps / 1e6, e.pacing_rate_bps / 1e6,
+                                 e.rate_cap_bps / 1e6, e.cwnd_bytes / 1e3, e.inflight_bytes / 1e3,
+                                 e.in_startup ? 1 : 0);
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  });
   for (int64_t it = 0; it < f.iterations; ++it) {
     const double push_start = Mono();
     auto h = (*t)->Send(server, uint32_t(it), packets, options);
@@ -284,8 +341,18 @@ int RunWorker(const Flags& f) {
         transport::CloseReasonName(h->close_reason()), h->retransmissions());
     std::fflush(stdout);
   }
-  std::printf("{\"role\":\"worker\",\"listen\":\"%s\",\"peers\":%s}\n", f.listen.c_str(),
-              PeersJson((*t)->GetStats()).c_str());
+  tracing.store(false);
+  tracer.join();
+  if (f.trace) {
+    std::printf("{\"role\":\"worker_trace\",\"listen\":\"%s\",\"cc\":[%s]}\n", f.listen.c_str(),
+                trace.c_str());
+  }
+  const transport::EndpointStats ws = (*t)->GetStats();
+  std::printf(
+      "{\"role\":\"worker\",\"listen\":\"%s\",\"startup_restarts\":%llu,"
+      "\"standing_queue_rounds\":%llu,\"peers\":%s}\n",
+      f.listen.c_str(), (unsigned long long)ws.startup_restarts,
+      (unsigned long long)ws.standing_queue_rounds, PeersJson(ws).c_str());
   if (f.transport == "tcp") {
     auto* tcp = static_cast<transport::TcpEndpoint*>(t->get());
     std::printf("{\"role\":\"worker\",\"listen\":\"%s\",\"tcp_congestion\":\"%s\"}\n",

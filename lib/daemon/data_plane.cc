@@ -172,7 +172,24 @@ TransportMetrics::TransportMetrics(prometheus::Registry& r, const std::string& p
            .Name(p + "_data_congestion_rounds_total")
            .Help(
                "Send rounds that lost more than loss_threshold of their packets (queue "
-               "overflow, not random loss); each lowered the cap on data in flight.")
+               "overflow, not random loss), or any packet while a queue stood; each lowered "
+               "the cap on data in flight.")
+           .Register(r)
+           .Add({});
+  standing_queue_rounds_ =
+      &prometheus::BuildCounter()
+           .Name(p + "_data_standing_queue_rounds_total")
+           .Help(
+               "Of the congestion rounds, those that counted only because a queue stood all "
+               "round (a loss-based competitor keeps the bottleneck queue full).")
+           .Register(r)
+           .Add({});
+  startup_restarts_ =
+      &prometheus::BuildCounter()
+           .Name(p + "_data_startup_restarts_total")
+           .Help(
+               "Returns to startup because the receiver's or the egress fair share rose well "
+               "above a flow's bandwidth estimate (the others finished: room to fill).")
            .Register(r)
            .Add({});
   auto& closes = prometheus::BuildCounter()
@@ -247,6 +264,8 @@ void TransportMetrics::Update(const transport::EndpointStats& s) {
                  &last_.deferred_retransmissions);
   AdvanceCounter(packets_missing_, s.packets_missing, &last_.packets_missing);
   AdvanceCounter(congestion_rounds_, s.congestion_rounds, &last_.congestion_rounds);
+  AdvanceCounter(standing_queue_rounds_, s.standing_queue_rounds, &last_.standing_queue_rounds);
+  AdvanceCounter(startup_restarts_, s.startup_restarts, &last_.startup_restarts);
   ingress_->Set(static_cast<double>(s.ingress_bps) / 8);
   for (size_t i = 0; i < size_t(transport::CloseReason::kCount); ++i) {
     AdvanceCounter(lossy_closes_[i], s.lossy_closes[i], &last_.lossy_closes[i]);

@@ -14,6 +14,14 @@ constexpr double kCapStartupGain = 1.25;  // startup under a fair-share cap: pro
 // RTprop again (startup's own queue has drained), or this many rounds.
 constexpr uint32_t kArmRounds = 16;
 constexpr int kCycleLength = sizeof(kCycleGains) / sizeof(kCycleGains[0]);
+// Room: a cap this far above BtlBw sends the flow back to startup, at most
+// once per kRestartRounds rounds.
+constexpr double kRoomRatio = 1.5;
+constexpr uint64_t kRestartRounds = 3 * kCycleLength;
+constexpr uint64_t kRestartRoundsMax = 64 * kRestartRounds;
+// Rounds in a row the cap must leave room before a restart: a cap that
+// jumps for a moment (the shares are measured over 50 ms bins) is no room.
+constexpr uint32_t kRoomRounds = 2;
 
 }  // namespace
 
@@ -81,9 +89,7 @@ void CongestionControl::OnAck(uint64_t now_us, uint32_t bytes, const SendSample&
       full_bw_ = btlbw_bps_;
       full_bw_rounds_ = 0;
     } else if (++full_bw_rounds_ >= 3) {
-      startup_ = false;
-      unarmed_rounds_ = kArmRounds;
-      cycle_start_us_ = now_us;
+      ExitStartup(now_us);
     }
   }
   if (!startup_ && now_us - cycle_start_us_ >= rtt) {
@@ -96,6 +102,47 @@ void CongestionControl::OnAck(uint64_t now_us, uint32_t bytes, const SendSample&
     next_round_delivered_ = delivered_;
     EndRound(now_us);
   }
+}
+
+void CongestionControl::ExitStartup(uint64_t now_us) {
+  if (restart_from_bps_ > 0) {
+    // A restart that found no room (the flow's own path is the limit)
+    // waits twice as long before the next one.
+    const bool found = double(btlbw_bps_) >= 1.25 * double(restart_from_bps_);
+    restart_wait_rounds_ =
+        found ? kRestartRounds : std::min(2 * restart_wait_rounds_, kRestartRoundsMax);
+    restart_from_bps_ = 0;
+  }
+  startup_ = false;
+  unarmed_rounds_ = kArmRounds;
+  cycle_start_us_ = now_us;
+  startup_exit_round_ = rounds_;
+}
+
+void CongestionControl::SetRateCap(uint64_t bps) {
+  // Lifted: this flow is now alone at the receiver and at the sender.
+  const bool lifted = bps == 0 && rate_cap_bps_ > 0;
+  rate_cap_bps_ = bps;
+  round_cap_min_ = std::min(round_cap_min_, bps == 0 ? UINT64_MAX : bps);
+  if (lifted) MaybeRestart(false);
+}
+
+void CongestionControl::OnIdleRestart() { MaybeRestart(true); }
+
+// Room (congestion.h): back to startup, from the current BtlBw.
+void CongestionControl::MaybeRestart(bool idle) {
+  if (!config_.room_restart || startup_ || btlbw_bps_ == 0) return;
+  if (!idle && rounds_ < startup_exit_round_ + restart_wait_rounds_) return;
+  if (idle) restart_wait_rounds_ = kRestartRounds;
+  startup_ = true;
+  restart_from_bps_ = btlbw_bps_;
+  full_bw_ = btlbw_bps_;
+  full_bw_rounds_ = 0;
+  inflight_hi_ = UINT64_MAX;
+  growth_packets_ = 1;
+  rounds_since_congestion_ = 0;
+  room_rounds_ = 0;
+  ++startup_restarts_;
 }
 
 void CongestionControl::OnLoss(uint32_t bytes, uint64_t inflight_bytes) {
@@ -124,6 +171,11 @@ void CongestionControl::EndRound(uint64_t now_us) {
     unarmed_rounds_ = drained ? 0 : unarmed_rounds_ - 1;
   }
   if (congested && !over_threshold) ++standing_queue_rounds_;
+  // Room: the cap stayed well above BtlBw all round.
+  const bool room =
+      rate_cap_bps_ > 0 && !congested && double(round_cap_min_) >= kRoomRatio * double(btlbw_bps_);
+  room_rounds_ = room ? room_rounds_ + 1 : 0;
+  round_cap_min_ = rate_cap_bps_ == 0 ? UINT64_MAX : rate_cap_bps_;
   const uint64_t model = ModelCwnd();
   if (congested) {
     ++congestion_rounds_;
@@ -132,11 +184,7 @@ void CongestionControl::EndRound(uint64_t now_us) {
     const uint64_t base = std::min({round_loss_inflight_, model, inflight_hi_});
     inflight_hi_ = std::max<uint64_t>(static_cast<uint64_t>(config_.loss_beta * double(base)),
                                       uint64_t(config_.cwnd_packets_min) * config_.packet_bytes);
-    if (startup_) {  // the pipe is full: stop doubling
-      startup_ = false;
-      unarmed_rounds_ = kArmRounds;
-      cycle_start_us_ = now_us;
-    }
+    if (startup_) ExitStartup(now_us);  // the pipe is full: stop doubling
   } else if (inflight_hi_ != UINT64_MAX) {
     // Additive (one packet a round, as TCP Reno) while congestion is recent;
     // after additive_rounds without it, doubling: a false alarm on a long fat
@@ -157,6 +205,7 @@ void CongestionControl::EndRound(uint64_t now_us) {
   round_lost_packets_ = 0;
   round_loss_inflight_ = 0;
   round_min_rtt_us_ = UINT32_MAX;
+  if (room_rounds_ >= kRoomRounds) MaybeRestart(false);
 }
 
 uint64_t CongestionControl::pacing_rate_bps() const {
@@ -166,7 +215,10 @@ uint64_t CongestionControl::pacing_rate_bps() const {
     rate = static_cast<uint64_t>(gain * static_cast<double>(btlbw_bps_));
   }
   if (rate_cap_bps_ > 0) {
-    const double cap_gain = startup_ ? kCapStartupGain : kCycleGains[cycle_index_];
+    // A restart under a cap climbs to the share, not past it: the others
+    // are at theirs (a first startup probes at 1.25, as a cycle does).
+    const double cap_gain =
+        startup_ ? (restart_from_bps_ > 0 ? 1.0 : kCapStartupGain) : kCycleGains[cycle_index_];
     rate = std::min(rate, static_cast<uint64_t>(cap_gain * static_cast<double>(rate_cap_bps_)));
   }
   return std::clamp<uint64_t>(rate, 1'000'000, config_.rate_bps_max);

@@ -50,6 +50,24 @@
 // probing, 0.75 draining, 1 cruising; 1.25 in startup), so shares still
 // probe: a probe that finds room raises the measured C, and R with it.
 //
+// Room (ours). The max-filtered BtlBw only grows by the 1.25 probe once
+// per 8-round gain cycle: a flow that ran at a 1/8 share and is now alone
+// (the other pushes finished, or it is the first push of the next
+// iteration) needs some 10 cycles, 1.6 s at 20 ms, to fill the link, and
+// the bottleneck idles meanwhile (bench/incast.sh's psd ingress trace
+// showed 23-66 Mbit/s on a 100 Mbit/s link while the first pushes of an
+// iteration ramped). The cap is the bottleneck owner's explicit word that
+// there is room, so when it stays at 1.5 x BtlBw or more for two rounds,
+// or is lifted (the flow is alone), and when a flow starts after an idle
+// gap (BtlBw is old), the flow goes back to startup (doubling per round,
+// still paced under 1.25 x the cap) and forgets its congestion cap
+// (inflight_hi): within a few rounds it either fills its share or finds
+// its own path's limit and leaves startup as usual. Cap-driven restarts
+// come at most once per 24 rounds after startup, and a restart that found
+// no room (BtlBw grew < 25%) doubles that wait (up to 1536 rounds): a flow
+// held back by its own access link, whose cap stays high, does not keep
+// overshooting it.
+//
 // Pure state machine: the caller passes times (microseconds, any epoch) and
 // byte counts. Not thread-safe; owned by the endpoint thread.
 #ifndef HETPS_LIB_TRANSPORT_CONGESTION_H_
@@ -89,6 +107,9 @@ struct CongestionConfig {
   bool standing_queue_response = true;
   double queue_delay_fraction = 0.5;
   uint32_t queue_delay_min_us = 2000;
+  // Room (see above): back to startup when the fair-share cap leaves room
+  // or after an idle gap; false turns it off.
+  bool room_restart = true;
 };
 
 // Per-packet bookkeeping the controller needs back on ACK.
@@ -112,8 +133,13 @@ class CongestionControl {
   // before it was taken out.
   void OnLoss(uint32_t bytes, uint64_t inflight_bytes);
 
-  // Fair-share rate cap (see above); 0 removes it.
-  void SetRateCap(uint64_t bps) { rate_cap_bps_ = bps; }
+  // Fair-share rate cap (see above); 0 removes it. A cap that stays well
+  // above the flow's BtlBw, or is lifted, sends it back to startup: see
+  // "Room" above.
+  void SetRateCap(uint64_t bps);
+  // The first flow to this peer after an idle gap: BtlBw was measured
+  // under other conditions; back to startup from it (Room, above).
+  void OnIdleRestart();
   uint64_t rate_cap_bps() const { return rate_cap_bps_; }
 
   uint64_t pacing_rate_bps() const;
@@ -125,6 +151,8 @@ class CongestionControl {
   // The cap on data in flight from congestion loss; UINT64_MAX: none.
   uint64_t inflight_hi() const { return inflight_hi_; }
   uint64_t rounds() const { return rounds_; }
+  // Returns to startup because the fair-share cap rose (SetRateCap).
+  uint64_t startup_restarts() const { return startup_restarts_; }
   uint64_t congestion_rounds() const { return congestion_rounds_; }
   // Of those, the rounds that counted only because a queue stood.
   uint64_t standing_queue_rounds() const { return standing_queue_rounds_; }
@@ -149,6 +177,13 @@ class CongestionControl {
   int full_bw_rounds_ = 0;
   uint64_t round_start_us_ = 0;
   uint32_t unarmed_rounds_ = 0;  // > 0: standing-queue response not armed yet
+  // Room (above).
+  uint64_t startup_exit_round_ = 0;
+  uint64_t startup_restarts_ = 0;
+  uint64_t restart_wait_rounds_ = 24;  // kRestartRounds; doubles on a fruitless restart
+  uint64_t restart_from_bps_ = 0;      // BtlBw when the current restart began; 0: none
+  uint64_t round_cap_min_ = UINT64_MAX;
+  uint32_t room_rounds_ = 0;
   // ProbeBW gain cycle position.
   int cycle_index_ = 0;
   uint64_t cycle_start_us_ = 0;
@@ -168,6 +203,8 @@ class CongestionControl {
   uint32_t rounds_since_congestion_ = 0;
 
   uint64_t ModelCwnd() const;
+  void ExitStartup(uint64_t now_us);
+  void MaybeRestart(bool idle);
   void EndRound(uint64_t now_us);
 };
 

@@ -26,41 +26,50 @@ struct Path {
   }
 };
 
-TEST_CASE("estimates converge to the path's bandwidth and RTT", "[congestion]") {
-  CongestionConfig c;
-  c.initial_rate_bps = 10'000'000;
-  c.cwnd_packets_min = 8;  // let the BDP, not the floor, set the window
-  CongestionControl cc(c);
-  Path path{100'000'000, 20'000};
+// One sender on a Path, paced by its controller and bounded by its window.
+struct Sender {
+  CongestionControl& cc;
+  Path path;
   uint64_t now = 0;
-  // Send at the controller's pacing rate, bounded by its window.
+  uint64_t inflight = 0;
   struct InFlight {
     uint64_t ack_us;
     SendSample s;
   };
   std::vector<InFlight> q;
-  uint64_t inflight = 0;
-  const uint32_t bytes = 1400;
-  for (int step = 0; step < 400000 && now < 5'000'000; ++step) {
-    // Deliver ACKs due by now.
-    for (size_t i = 0; i < q.size();) {
-      if (q[i].ack_us <= now) {
-        cc.OnAck(q[i].ack_us, bytes, q[i].s);
-        inflight -= bytes;
-        q.erase(q.begin() + i);
+  static constexpr uint32_t kBytes = 1400;
+
+  void RunUntil(uint64_t end_us) {
+    while (now < end_us) {
+      // Deliver ACKs due by now.
+      for (size_t i = 0; i < q.size();) {
+        if (q[i].ack_us <= now) {
+          cc.OnAck(q[i].ack_us, kBytes, q[i].s);
+          inflight -= kBytes;
+          q.erase(q.begin() + i);
+        } else {
+          ++i;
+        }
+      }
+      if (inflight + kBytes <= cc.cwnd_bytes()) {
+        SendSample s = cc.OnSend(now, false);
+        q.push_back({path.AckTime(now, kBytes), s});
+        inflight += kBytes;
+        now += std::max<uint64_t>(1, uint64_t(kBytes) * 8 * 1'000'000 / cc.pacing_rate_bps());
       } else {
-        ++i;
+        now += 50;
       }
     }
-    if (inflight + bytes <= cc.cwnd_bytes()) {
-      SendSample s = cc.OnSend(now, false);
-      q.push_back({path.AckTime(now, bytes), s});
-      inflight += bytes;
-      now += std::max<uint64_t>(1, uint64_t(bytes) * 8 * 1'000'000 / cc.pacing_rate_bps());
-    } else {
-      now += 50;
-    }
   }
+};
+
+TEST_CASE("estimates converge to the path's bandwidth and RTT", "[congestion]") {
+  CongestionConfig c;
+  c.initial_rate_bps = 10'000'000;
+  c.cwnd_packets_min = 8;  // let the BDP, not the floor, set the window
+  CongestionControl cc(c);
+  Sender sender{cc, Path{100'000'000, 20'000}};
+  sender.RunUntil(5'000'000);
   INFO("btlbw " << cc.btlbw_bps() << " rtprop " << cc.rtprop_us());
   CHECK(cc.btlbw_bps() > 90'000'000);
   CHECK(cc.btlbw_bps() < 110'000'000);
@@ -70,6 +79,86 @@ TEST_CASE("estimates converge to the path's bandwidth and RTT", "[congestion]") 
   // Window about 2 BDP (250 kB BDP at 100 Mbit/s x 20 ms).
   CHECK(cc.cwnd_bytes() > 400'000);
   CHECK(cc.cwnd_bytes() < 600'000);
+}
+
+// Room: a flow that ran under a 1/8 share and is then alone (the cap is
+// lifted) or one of two (the cap rises to half the link) fills the room in
+// a few rounds, not the 1.25-per-cycle probing's ~10 cycles.
+TEST_CASE("a fair-share cap that rises sends the flow back to startup", "[congestion]") {
+  const bool lifted = GENERATE(true, false);
+  CongestionConfig c;
+  c.cwnd_packets_min = 8;
+  CongestionControl cc(c);
+  Sender sender{cc, Path{100'000'000, 20'000}};
+  cc.SetRateCap(12'500'000);
+  sender.RunUntil(3'000'000);  // long enough for the max filter to forget startup
+  INFO("btlbw under the cap " << cc.btlbw_bps());
+  REQUIRE(cc.btlbw_bps() < 20'000'000);
+  REQUIRE(!cc.in_startup());
+  const uint64_t target = lifted ? 90'000'000 : 45'000'000;
+  cc.SetRateCap(lifted ? 0 : 50'000'000);
+  const uint64_t from = sender.now;
+  while (cc.btlbw_bps() < target && sender.now < from + 3'000'000) {
+    sender.RunUntil(sender.now + 1000);
+  }
+  const uint64_t took_us = sender.now - from;
+  INFO("reached " << cc.btlbw_bps() << " after " << took_us << " us");
+  CHECK(took_us < 300'000);  // 15 RTTs; the probe cycle alone needs > 1.4 s
+  CHECK(cc.startup_restarts() == 1);
+  sender.RunUntil(sender.now + 2'000'000);
+  CHECK(!cc.in_startup());
+  if (lifted) {
+    CHECK(cc.btlbw_bps() > 90'000'000);
+    CHECK(cc.btlbw_bps() < 110'000'000);
+  } else {  // under the new cap: 1.25 x 50 at most while probing
+    CHECK(cc.btlbw_bps() > 45'000'000);
+    CHECK(cc.btlbw_bps() < 66'000'000);
+  }
+  // A cap that only jitters upward is no room.
+  const uint64_t before = cc.startup_restarts();
+  cc.SetRateCap(40'000'000);
+  cc.SetRateCap(45'000'000);
+  CHECK(cc.startup_restarts() == before);
+}
+
+TEST_CASE("a flow after an idle gap restarts from its old estimate", "[congestion]") {
+  CongestionConfig c;
+  c.cwnd_packets_min = 8;
+  CongestionControl cc(c);
+  Sender sender{cc, Path{100'000'000, 20'000}};
+  cc.SetRateCap(12'500'000);
+  sender.RunUntil(3'000'000);
+  cc.SetRateCap(12'500'000);  // the stale share, until the receiver's next ACK
+  REQUIRE(cc.btlbw_bps() < 20'000'000);
+  // Idle: nothing in flight, then a new flow that is alone on the link.
+  sender.RunUntil(sender.now + 100'000);
+  cc.OnIdleRestart();
+  CHECK(cc.in_startup());
+  CHECK(cc.startup_restarts() == 1);
+  cc.SetRateCap(0);  // no second restart: already in startup
+  CHECK(cc.startup_restarts() == 1);
+  const uint64_t from = sender.now;
+  while (cc.btlbw_bps() < 90'000'000 && sender.now < from + 3'000'000) {
+    sender.RunUntil(sender.now + 1000);
+  }
+  INFO("reached " << cc.btlbw_bps() << " after " << sender.now - from << " us");
+  CHECK(sender.now - from < 300'000);
+}
+
+// A flow held back by its own 10 Mbit/s link under a receiver share of 50:
+// the cap leaves "room" every round, but restarts that find none back off.
+TEST_CASE("restarts that find no room back off", "[congestion]") {
+  CongestionConfig c;
+  c.cwnd_packets_min = 8;
+  CongestionControl cc(c);
+  Sender sender{cc, Path{10'000'000, 20'000}};
+  cc.SetRateCap(50'000'000);
+  sender.RunUntil(20'000'000);  // 1000 RTTs
+  INFO("restarts " << cc.startup_restarts() << " rounds " << cc.rounds());
+  CHECK(cc.startup_restarts() >= 1);  // it did look
+  CHECK(cc.startup_restarts() <= 6);  // 24, 48, 96, 192, 384 rounds apart at least
+  CHECK(cc.btlbw_bps() > 9'000'000);
+  CHECK(cc.btlbw_bps() < 11'000'000);
 }
 
 TEST_CASE("retransmissions give no RTT sample (Karn)", "[congestion]") {

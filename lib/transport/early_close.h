@@ -121,6 +121,10 @@ class IngressRate {
 // FairShareBps): IngressRate over 50 ms bins, max of the last 4.
 constexpr uint32_t kShareBinUs = 50'000;
 constexpr uint32_t kShareBins = 4;
+constexpr uint64_t kShareWindowUs = uint64_t(kShareBinUs) * kShareBins;
+// A peer's first flow after this long without one restarts its congestion
+// control from startup (congestion.h, Room): as BtlBw's shortest window.
+constexpr uint64_t kIdleRestartUs = 500'000;
 
 // The shared deadline for the largest LT among the open flows (above);
 // UINT64_MAX stays UINT64_MAX.

@@ -153,6 +153,8 @@ struct PeerState {
   std::deque<uint32_t> flows;                  // active flow ids, served round-robin
   uint64_t receiver_share_bps = 0;             // the receiver's fair share (ACK btlbw_kbps)
   IngressRate acked{kShareBinUs, kShareBins};  // bytes acknowledged (egress share)
+  uint64_t active_since_us = 0;                // flows became non-empty
+  uint64_t idle_since_us = 0;                  // flows became empty; 0: never active
   double srtt_us = 0;
   double rttvar_us = 0;
 };
@@ -248,18 +250,20 @@ struct Endpoint::Impl {
   absl::flat_hash_map<RecvKey, RecvFlow> recv;
   absl::flat_hash_map<RecvKey, StopInfo> closed;  // how each remembered flow closed
   absl::flat_hash_map<Peer, RecvLink> links;
-  IngressRate ingress;                    // data bytes received, all flows (shared-link LT)
-  IngressRate egress;                     // data bytes acknowledged, all peers (egress share)
-  absl::flat_hash_set<Peer> share_peers;  // IngressShareBps's scratch
-  std::vector<uint64_t> share_rates;      // IngressShareBps's and SetRateCaps' scratch
+  IngressRate ingress;  // data bytes received, all flows (shared-link LT)
+  IngressRate egress;   // data bytes acknowledged, all peers (egress share)
+  absl::flat_hash_map<Peer, uint64_t> share_peers;  // IngressShareBps's scratch: first start
+  std::vector<uint64_t> share_rates;                // IngressShareBps's and SetRateCaps' scratch
   std::deque<RecvKey> closed_order;
   std::vector<Pending> pending;
   std::vector<OutDatagram> flush_out;  // Flush's scratch, kept to reuse its capacity
   struct AckBatch {
     Header about;
     std::vector<uint32_t> seqs;
+    uint64_t due_us = 0;  // delayed ACKs (EndpointConfig::ack_every)
   };
-  absl::flat_hash_map<RecvKey, AckBatch> acks;     // this receive batch's ACKs
+  absl::flat_hash_map<RecvKey, AckBatch> acks;     // ACKs not sent yet
+  uint64_t next_ack_us = UINT64_MAX;               // earliest due_us in acks
   std::vector<std::vector<uint8_t>> ack_payloads;  // bodies of queued ACKs, until Flush
   size_t pending_sent = 0;
   std::priority_queue<Delayed, std::vector<Delayed>, std::greater<Delayed>> delayed;
@@ -282,7 +286,7 @@ struct Endpoint::Impl {
   void HandleData(const Peer& from, const Packet& p, uint64_t now);
   void HandleAck(const Peer& from, const Packet& p, uint64_t now);
   bool AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t now);
-  void QueueAck(const Peer& to, const Header& about);
+  void QueueAck(const Peer& to, const Header& about, uint64_t now, bool urgent);
   void EmitAcks(uint64_t now);
   uint64_t IngressShareBps(uint64_t now);
   void SetRateCaps(uint64_t now);
@@ -323,6 +327,12 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(const EndpointConfig&
   }
   if (config.batch_max == 0 || config.batch_max > 1024) {
     return absl::InvalidArgumentError("data plane: batch_max outside [1, 1024]");
+  }
+  if (config.ack_every == 0 || config.ack_every > kAckSeqsMax + 1) {
+    return absl::InvalidArgumentError("data plane: ack_every outside [1, 257]");
+  }
+  if (config.ack_delay_max_us > 100'000) {
+    return absl::InvalidArgumentError("data plane: ack_delay_max_us above 100000");
   }
   if (config.impairment.loss < 0 || config.impairment.loss > 1) {
     return absl::InvalidArgumentError("data plane: impairment loss outside [0, 1]");
@@ -462,7 +472,15 @@ void Endpoint::Impl::TakeSubmissions(uint64_t now) {
   }
   for (auto& f : fresh) {
     PeerState& ps = PeerFor(f->peer);
-    if (ps.flows.empty() && ps.next_send_us < now) ps.next_send_us = now;
+    if (ps.flows.empty()) {
+      if (ps.next_send_us < now) ps.next_send_us = now;
+      // The peer's estimates were measured before an idle gap, under
+      // other shares: back to startup (congestion.h, Room).
+      if (ps.idle_since_us != 0 && now - ps.idle_since_us >= kIdleRestartUs) {
+        ps.cc.OnIdleRestart();
+      }
+      ps.active_since_us = now;
+    }
     ps.flows.push_back(f->flow_id);
     ++stats.flows_sent;
     flows[f->flow_id] = std::move(f);
@@ -484,6 +502,7 @@ void Endpoint::Impl::FinishFlow(uint32_t flow_id, absl::Status s) {
       }
     }
     ps.flows.erase(std::remove(ps.flows.begin(), ps.flows.end(), flow_id), ps.flows.end());
+    if (ps.flows.empty()) ps.idle_since_us = NowUs();
   }
   f.handle->Finish(std::move(s));
   flows.erase(it);
@@ -514,10 +533,16 @@ void Endpoint::Impl::QueueControl(const Peer& to, PacketType type, const Header&
   if (type == PacketType::kAck) ++stats.acks_sent;
 }
 
-void Endpoint::Impl::QueueAck(const Peer& to, const Header& about) {
+void Endpoint::Impl::QueueAck(const Peer& to, const Header& about, uint64_t now, bool urgent) {
   AckBatch& b = acks[RecvKey{to, about.flow_id}];
-  if (b.seqs.empty()) b.about = about;
+  if (b.seqs.empty()) {
+    b.about = about;
+    const uint64_t delay = std::min<uint64_t>(config.ack_delay_max_us, about.rtprop_us / 8);
+    b.due_us = now + delay;
+  }
   b.seqs.push_back(about.seq);
+  if (urgent || b.seqs.size() >= config.ack_every) b.due_us = now;
+  next_ack_us = std::min(next_ack_us, b.due_us);
 }
 
 // The max-min fair share of this endpoint's ingress among the peers
@@ -526,10 +551,19 @@ void Endpoint::Impl::QueueAck(const Peer& to, const Header& about) {
 // at it (congestion.h, SetRateCap).
 uint64_t Endpoint::Impl::IngressShareBps(uint64_t now) {
   share_peers.clear();
-  for (const auto& [key, f] : recv) share_peers.insert(key.peer);
+  for (const auto& [key, f] : recv) {
+    auto [it, fresh] = share_peers.try_emplace(key.peer, f.start_us);
+    if (!fresh) it->second = std::min(it->second, f.start_us);
+  }
   if (share_peers.size() < 2) return 0;
   share_rates.clear();
-  for (const Peer& p : share_peers) share_rates.push_back(links[p].recent.rate_bps(now));
+  for (const auto& [p, start] : share_peers) {
+    // A peer that began sending within the rate window has not shown a
+    // rate yet: count it as able to take a full share, not as a slow one
+    // (else the first share it hears is the whole link).
+    share_rates.push_back(now - start < kShareWindowUs ? UINT64_MAX
+                                                       : links[p].recent.rate_bps(now));
+  }
   return FairShareBps(ingress.rate_bps(now), share_rates);
 }
 
@@ -540,7 +574,9 @@ uint64_t Endpoint::Impl::IngressShareBps(uint64_t now) {
 void Endpoint::Impl::SetRateCaps(uint64_t now) {
   share_rates.clear();
   for (auto& [peer, ps] : peers) {
-    if (!ps->flows.empty()) share_rates.push_back(ps->acked.rate_bps(now));
+    if (ps->flows.empty()) continue;
+    share_rates.push_back(now - ps->active_since_us < kShareWindowUs ? UINT64_MAX
+                                                                     : ps->acked.rate_bps(now));
   }
   const uint64_t egress_share = FairShareBps(egress.rate_bps(now), share_rates);
   for (auto& [peer, ps] : peers) {
@@ -552,9 +588,17 @@ void Endpoint::Impl::SetRateCaps(uint64_t now) {
 }
 
 void Endpoint::Impl::EmitAcks(uint64_t now) {
-  if (acks.empty()) return;
+  if (acks.empty() || next_ack_us > now) return;
   const uint64_t share_kbps = std::min<uint64_t>(IngressShareBps(now) / 1000, UINT32_MAX);
-  for (auto& [key, batch] : acks) {
+  next_ack_us = UINT64_MAX;
+  for (auto it = acks.begin(); it != acks.end();) {
+    const RecvKey& key = it->first;
+    AckBatch& batch = it->second;
+    if (batch.due_us > now) {
+      next_ack_us = std::min(next_ack_us, batch.due_us);
+      ++it;
+      continue;
+    }
     for (size_t i = 0; i < batch.seqs.size(); i += 1 + kAckSeqsMax) {
       const size_t extra = std::min(kAckSeqsMax, batch.seqs.size() - i - 1);
       Header h = batch.about;
@@ -568,8 +612,8 @@ void Endpoint::Impl::EmitAcks(uint64_t now) {
       }
       QueueControl(key.peer, PacketType::kAck, h, body);
     }
+    acks.erase(it++);
   }
-  acks.clear();
 }
 
 void Endpoint::Impl::Receive(uint64_t now) {
@@ -621,7 +665,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
     // twice. ACK it again so an honest sender can finish; a flow closed
     // early gets its STOP again (the first one may have been lost).
     ++stats.drops[size_t(DropReason::kReplayed)];
-    QueueAck(from, h);
+    QueueAck(from, h, now, true);
     if (c->second.reason != CloseReason::kComplete) {
       QueueStop(from, h, c->second);
     }
@@ -665,7 +709,8 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
   f.last_us = now;
   uint64_t& word = f.bitmap[h.seq / 64];
   const uint64_t bit = uint64_t{1} << (h.seq % 64);
-  QueueAck(from, h);
+  // The flow's last missing packet: nothing will come to share its ACK.
+  QueueAck(from, h, now, f.received + 1 == f.total && !(word & bit));
   if (word & bit) {
     ++stats.drops[size_t(DropReason::kReplayed)];
     return;
@@ -1012,6 +1057,7 @@ uint64_t Endpoint::Impl::NextSendTime(uint64_t now) {
     if (!ps.inflight.empty()) next = std::min(next, ps.inflight.front().sent_us + RtoUs(ps));
   }
   if (!delayed.empty()) next = std::min(next, delayed.top().release_us);
+  next = std::min(next, next_ack_us);
   return std::min(next, next_threshold_us);
 }
 
@@ -1101,8 +1147,11 @@ void Endpoint::Impl::Publish() {
   EndpointStats s = stats;
   for (auto& [peer, ps] : peers) {
     s.peers.push_back({peer, ps->cc.btlbw_bps(), ps->cc.rtprop_us(), ps->cc.pacing_rate_bps(),
-                       ps->cc.cwnd_bytes(), ps->cc.congestion_rounds(), ps->cc.rate_cap_bps()});
+                       ps->cc.cwnd_bytes(), ps->cc.congestion_rounds(), ps->cc.rate_cap_bps(),
+                       ps->cc.in_startup(), ps->inflight_bytes});
     s.congestion_rounds += ps->cc.congestion_rounds();
+    s.standing_queue_rounds += ps->cc.standing_queue_rounds();
+    s.startup_restarts += ps->cc.startup_restarts();
   }
   for (auto& [peer, link] : links) s.links.push_back(link.estimate);
   s.ingress_bps = ingress.rate_bps(NowUs());
@@ -1119,6 +1168,7 @@ void Endpoint::Impl::Run() {
     TakeSubmissions(now);
     Receive(now);
     now = NowUs();
+    EmitAcks(now);  // delayed ACKs now due
     if (now >= next_threshold_us || next_threshold_us == 0)
       next_threshold_us = CheckEarlyClose(now);
     SendData(now);

@@ -84,6 +84,18 @@ struct EndpointConfig {
   uint32_t rto_initial_us = 250'000;
   uint32_t rto_max_us = 2'000'000;
   uint32_t recv_flow_idle_ms = 60'000;  // forget half-received flows after this
+  // Delayed ACKs: a flow's ACKs wait until ack_every packets are pending or
+  // the first has waited min(ack_delay_max_us, the sender's RTprop / 8); a
+  // flow's last packet is acknowledged at once. Each ACK datagram costs the
+  // receiver, the network and the sender about what a data packet costs
+  // in packet processing (on the testbed, one ACK per pulled packet). The
+  // delay is short because a window-limited sender loses the delay's share
+  // of its rate (4 ms at 20 ms cost the incast's pushes 10-15%). The last
+  // packet of a batch still gives an undelayed RTT sample, and the
+  // delivery rate allows for bunched ACKs (congestion.cc). ack_every 1 or
+  // ack_delay_max_us 0: one ACK per receive batch, at once.
+  uint32_t ack_every = 16;
+  uint32_t ack_delay_max_us = 1000;
   CongestionConfig congestion;
   ImpairmentConfig impairment;
   EarlyCloseConfig early_close;  // for loss-tolerant flows this endpoint receives
@@ -188,6 +200,8 @@ struct PeerEstimate {
   // receiver's advertised share of its ingress or this endpoint's egress
   // share, whichever is smaller; 0: none (one flow alone).
   uint64_t rate_cap_bps = 0;
+  bool in_startup = false;
+  uint64_t inflight_bytes = 0;
 };
 
 // A receiving link's Early Close state (loss-tolerant flows only).
@@ -217,6 +231,8 @@ struct EndpointStats {
   uint64_t packets_missing = 0;
   uint64_t deferred_retransmissions = 0;  // RQ: lost normal packets resent after the rest
   uint64_t congestion_rounds = 0;         // sum of PeerEstimate::congestion_rounds
+  uint64_t standing_queue_rounds = 0;     // of those, by loss with a standing queue
+  uint64_t startup_restarts = 0;          // returns to startup: the fair-share cap rose
   uint64_t send_buffer_waits = 0;         // sends that found the socket buffer full
   uint64_t ingress_bps = 0;               // measured receive rate (shared-link LT)
   std::array<uint64_t, static_cast<size_t>(DropReason::kCount)> drops{};

@@ -112,6 +112,61 @@ TEST_CASE("loss, delay and reordering: still exact, with retransmissions", "[end
   CHECK(cs.peers[0].rtprop_us >= 2000);  // sees the emulated delay
 }
 
+// Delayed ACKs (EndpointConfig::ack_every, ack_delay_max_us): over a 20 ms
+// path at 40 Mbit/s the receiver holds a flow's ACKs up to RTprop / 8 (2.5
+// ms, under a 4 ms ceiling) or 16 packets,
+// several times fewer ACK datagrams than one per receive batch, and the
+// sender's RTprop still reads the path (the last packet of each batch is
+// acknowledged undelayed).
+TEST_CASE("delayed ACKs: fewer ACK datagrams, same data, same RTprop", "[endpoint]") {
+  const size_t n = 1 << 18;  // 1 MB, ~750 packets
+  uint64_t acks[2] = {0, 0};
+  for (int delayed = 0; delayed < 2; ++delayed) {
+    Assembler rx(n);
+    EndpointConfig sc = Config();
+    sc.ack_delay_max_us = 4000;
+    if (!delayed) sc.ack_every = 1;
+    auto server = Endpoint::Create(sc, &rx);
+    REQUIRE(server.ok());
+    EndpointConfig cc = Config();
+    cc.impairment.delay_us = 20'000;
+    // Paced: the packets arrive spread out, one per receive batch (on
+    // loopback unpaced they arrive in bursts that share an ACK anyway).
+    cc.congestion.rate_bps_max = 40'000'000;
+    auto client = Endpoint::Create(cc, nullptr);
+    REQUIRE(client.ok());
+    auto data = Pattern(n, 5);
+    auto h = (*client)->Send((*server)->local(), 1, Packets(data, 0, cc.payload_floats()));
+    REQUIRE(h->Wait(absl::Seconds(60)));
+    REQUIRE(rx.WaitFlows(1, absl::Seconds(5)));
+    CHECK(rx.buf() == data);
+    acks[delayed] = (*server)->GetStats().acks_sent;
+    auto cs = (*client)->GetStats();
+    REQUIRE(!cs.peers.empty());
+    INFO("delayed " << delayed << ": " << acks[delayed] << " ACK datagrams for "
+                    << cs.data_packets_sent << " data packets, RTprop " << cs.peers[0].rtprop_us);
+    CHECK(cs.peers[0].rtprop_us >= 20'000);
+    CHECK(cs.peers[0].rtprop_us < 22'000);
+    if (delayed) CHECK(acks[1] * 4 < cs.data_packets_sent);
+  }
+  INFO("ACK datagrams: immediate " << acks[0] << ", delayed " << acks[1]);
+  CHECK(acks[1] * 2 < acks[0]);
+}
+
+TEST_CASE("ack_every and ack_delay_max_us are validated", "[endpoint]") {
+  Assembler rx(16);
+  EndpointConfig c = Config();
+  c.ack_every = 0;
+  auto e = Endpoint::Create(c, &rx);
+  REQUIRE(!e.ok());
+  CHECK(std::string(e.status().message()).find("ack_every") != std::string::npos);
+  c = Config();
+  c.ack_delay_max_us = 1'000'000;
+  e = Endpoint::Create(c, &rx);
+  REQUIRE(!e.ok());
+  CHECK(std::string(e.status().message()).find("ack_delay_max_us") != std::string::npos);
+}
+
 TEST_CASE("two senders into one receiver (incast)", "[endpoint]") {
   const size_t n = 1 << 19;
   Assembler rx(2 * n);
