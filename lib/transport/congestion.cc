@@ -25,7 +25,8 @@ constexpr uint32_t kRoomRounds = 2;
 
 }  // namespace
 
-CongestionControl::CongestionControl(const CongestionConfig& config) : config_(config) {}
+CongestionControl::CongestionControl(const CongestionConfig& config)
+    : config_(config), restart_wait_rounds_(kRestartRounds) {}
 
 SendSample CongestionControl::OnSend(uint64_t now_us, bool retransmission) const {
   SendSample s;

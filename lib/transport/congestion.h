@@ -60,7 +60,7 @@
 // there is room, so when it stays at 1.5 x BtlBw or more for two rounds,
 // or is lifted (the flow is alone), and when a flow starts after an idle
 // gap (BtlBw is old), the flow goes back to startup (doubling per round,
-// still paced under 1.25 x the cap) and forgets its congestion cap
+// paced under the cap itself: the others are at theirs) and forgets its congestion cap
 // (inflight_hi): within a few rounds it either fills its share or finds
 // its own path's limit and leaves startup as usual. Cap-driven restarts
 // come at most once per 24 rounds after startup, and a restart that found
@@ -151,7 +151,7 @@ class CongestionControl {
   // The cap on data in flight from congestion loss; UINT64_MAX: none.
   uint64_t inflight_hi() const { return inflight_hi_; }
   uint64_t rounds() const { return rounds_; }
-  // Returns to startup because the fair-share cap rose (SetRateCap).
+  // Returns to startup: the fair-share cap left room, or an idle restart.
   uint64_t startup_restarts() const { return startup_restarts_; }
   uint64_t congestion_rounds() const { return congestion_rounds_; }
   // Of those, the rounds that counted only because a queue stood.
@@ -180,8 +180,8 @@ class CongestionControl {
   // Room (above).
   uint64_t startup_exit_round_ = 0;
   uint64_t startup_restarts_ = 0;
-  uint64_t restart_wait_rounds_ = 24;  // kRestartRounds; doubles on a fruitless restart
-  uint64_t restart_from_bps_ = 0;      // BtlBw when the current restart began; 0: none
+  uint64_t restart_wait_rounds_;   // doubles on a fruitless restart
+  uint64_t restart_from_bps_ = 0;  // BtlBw when the current restart began; 0: none
   uint64_t round_cap_min_ = UINT64_MAX;
   uint32_t room_rounds_ = 0;
   // ProbeBW gain cycle position.

@@ -61,6 +61,13 @@ struct Sender {
       }
     }
   }
+
+  // Runs until BtlBw reads `bps` or `limit_us` passed; returns the time it took.
+  uint64_t RunUntilBtlBw(uint64_t bps, uint64_t limit_us) {
+    const uint64_t from = now;
+    while (cc.btlbw_bps() < bps && now < from + limit_us) RunUntil(now + 1000);
+    return now - from;
+  }
 };
 
 TEST_CASE("estimates converge to the path's bandwidth and RTT", "[congestion]") {
@@ -97,11 +104,7 @@ TEST_CASE("a fair-share cap that rises sends the flow back to startup", "[conges
   REQUIRE(!cc.in_startup());
   const uint64_t target = lifted ? 90'000'000 : 45'000'000;
   cc.SetRateCap(lifted ? 0 : 50'000'000);
-  const uint64_t from = sender.now;
-  while (cc.btlbw_bps() < target && sender.now < from + 3'000'000) {
-    sender.RunUntil(sender.now + 1000);
-  }
-  const uint64_t took_us = sender.now - from;
+  const uint64_t took_us = sender.RunUntilBtlBw(target, 3'000'000);
   INFO("reached " << cc.btlbw_bps() << " after " << took_us << " us");
   CHECK(took_us < 300'000);  // 15 RTTs; the probe cycle alone needs > 1.4 s
   CHECK(cc.startup_restarts() == 1);
@@ -137,12 +140,9 @@ TEST_CASE("a flow after an idle gap restarts from its old estimate", "[congestio
   CHECK(cc.startup_restarts() == 1);
   cc.SetRateCap(0);  // no second restart: already in startup
   CHECK(cc.startup_restarts() == 1);
-  const uint64_t from = sender.now;
-  while (cc.btlbw_bps() < 90'000'000 && sender.now < from + 3'000'000) {
-    sender.RunUntil(sender.now + 1000);
-  }
-  INFO("reached " << cc.btlbw_bps() << " after " << sender.now - from << " us");
-  CHECK(sender.now - from < 300'000);
+  const uint64_t took_us = sender.RunUntilBtlBw(90'000'000, 3'000'000);
+  INFO("reached " << cc.btlbw_bps() << " after " << took_us << " us");
+  CHECK(took_us < 300'000);
 }
 
 // A flow held back by its own 10 Mbit/s link under a receiver share of 50:

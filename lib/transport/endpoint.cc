@@ -476,7 +476,7 @@ void Endpoint::Impl::TakeSubmissions(uint64_t now) {
       if (ps.next_send_us < now) ps.next_send_us = now;
       // The peer's estimates were measured before an idle gap, under
       // other shares: back to startup (congestion.h, Room).
-      if (ps.idle_since_us != 0 && now - ps.idle_since_us >= kIdleRestartUs) {
+      if (ps.idle_since_us != 0 && now >= ps.idle_since_us + kIdleRestartUs) {
         ps.cc.OnIdleRestart();
       }
       ps.active_since_us = now;
