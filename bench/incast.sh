@@ -129,12 +129,15 @@ def ingress_bytes(spans):
     return sum(at(e) - at(s) for s, e in spans)
 
 
-sync, push, delivered, busy, ingress = [], [], [], [], []
+sync, push, delivered, busy, ingress, pull = [], [], [], [], [], []
 for i, rs in sorted(it.items()):
     if i == 0 or len(rs) != workers:
         continue  # warm-up (connections, slow start, the first LT)
     sync.append(max(r["pull_done"] for r in rs) - min(r["push_start"] for r in rs))
     push.append(max(r["push_done"] for r in rs) - min(r["push_start"] for r in rs))
+    # The pull (broadcast) phase: psd sends the parameters once the last
+    # push is in, until the last worker has them.
+    pull.append(max(r["pull_done"] for r in rs) - max(r["push_done"] for r in rs))
     # Pushes start when each worker's pull ends, so the span from the first
     # push to the last can hold gaps in which no worker has anything to
     # push: `busy` is the time at least one push is in flight.
@@ -158,22 +161,24 @@ goodput = statistics.median(d * 8 / p / 1e6 for d, p in zip(delivered, push)) if
 bmed = statistics.median(busy) if busy else float("nan")
 bgood = statistics.median(d * 8 / b / 1e6 for d, b in zip(delivered, busy)) if busy else float("nan")
 imed = statistics.median(ingress) if ingress else float("nan")
+lmed = statistics.median(pull) if pull else float("nan")
+lgood = workers * mb * 1e6 * 8 / lmed / 1e6 if pull else float("nan")
 frac = statistics.median(d / (workers * mb * 1e6) for d in delivered) if push else float("nan")
 name = spec + ("(" + ",".join(sorted(cc)) + ")" if cc else "")
 print(f"incast: {mb:g} MB rtt {rtt} ms loss {loss}% {name}: sync median {med:.2f} s "
       f"(runs {[round(s, 2) for s in sync]}), push {pmed:.2f} s, {frac:.1%} delivered = "
       f"{goodput:.1f} Mbit/s aggregate goodput; pushing {bmed:.2f} s of it: {bgood:.1f} Mbit/s goodput, "
-      f"psd ingress {imed:.1f} Mbit/s; ideal {ideal:.2f} s; {period:.2f} s per iteration; server {server}")
+      f"psd ingress {imed:.1f} Mbit/s; pull {lmed:.2f} s = {lgood:.1f} Mbit/s; ideal {ideal:.2f} s; {period:.2f} s per iteration; server {server}")
 print(f"| {mb:g} | {rtt} | {loss} | {name} | {med:.2f} | {med / ideal:.2f} | {period:.2f} | {pmed:.2f} | "
-      f"{frac:.1%} | {goodput:.1f} | {bmed:.2f} | {bgood:.1f} | {imed:.1f} | {ideal:.2f} | {server.get('retransmissions', 0)} |",
+      f"{frac:.1%} | {goodput:.1f} | {bmed:.2f} | {bgood:.1f} | {imed:.1f} | {lmed:.2f} | {lgood:.1f} | {ideal:.2f} | {server.get('retransmissions', 0)} |",
       file=open(sys.argv[8], "a"))
 PY
 }
 
 rate_mbit=$(echo "$RATE" | sed -n 's/^\([0-9.]*\)mbit$/\1/p')
 [ -n "$rate_mbit" ] || { echo "incast: RATE must be in mbit, got $RATE" >&2; exit 2; }
-[ -f "$OUT/results.md" ] || echo "| MB | RTT ms | loss % | transport | sync s (median) | x ideal | s/iteration | push s | delivered | push goodput Mbit/s | busy s | busy goodput Mbit/s | psd ingress while pushing Mbit/s | ideal s | psd retransmissions |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" >"$OUT/results.md"
+[ -f "$OUT/results.md" ] || echo "| MB | RTT ms | loss % | transport | sync s (median) | x ideal | s/iteration | push s | delivered | push goodput Mbit/s | busy s | busy goodput Mbit/s | psd ingress while pushing Mbit/s | pull s | pull goodput Mbit/s | ideal s | psd retransmissions |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" >"$OUT/results.md"
 for case in "$@"; do
   IFS=/ read -r mb rtt loss <<<"$case"
   "$TB" shape "$RATE" "$rtt" "$loss" >/dev/null

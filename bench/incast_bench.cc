@@ -53,10 +53,11 @@ struct Flags {
   int64_t iterations = 4;
   int64_t slack_ms = 30;
   double min_delivered = 0.8;
-  double seconds = 5;      // udp_blast / udp_sink
-  bool trace = false;      // worker: controller trace
-  int64_t ack_every = -1;  // < 0: the endpoint's default
-  int64_t room = -1;       // congestion room_restart: 0 off, 1 on, < 0 default
+  double seconds = 5;       // udp_blast / udp_sink
+  bool trace = false;       // worker: controller trace
+  int64_t ack_every = -1;   // < 0: the endpoint's default
+  int64_t room = -1;        // congestion room_restart: 0 off, 1 on, < 0 default
+  int64_t ack_prefix = -1;  // ACKs carry the prefix: 0 off, 1 on, < 0 default
 };
 
 [[noreturn]] void Usage(const std::string& why) {
@@ -67,7 +68,8 @@ struct Flags {
                "  --transport=ltp|reliable|tcp [--tcp_cc=cubic|bbr] --model_mb=21 "
                "--iterations=4\n"
                "  --ltp_slack_ms=30 --ltp_min_delivered=0.8 --seconds=5 --trace=false\n"
-               "  --ack_every=16 --room=1 (A/B of the endpoint's delayed ACKs, room restarts)\n",
+               "  --ack_every=16 --room=1 --ack_prefix=1 (A/B of the endpoint's delayed ACKs,\n"
+               "  room restarts, ACK prefix)\n",
                why.c_str());
   std::exit(2);
 }
@@ -106,6 +108,8 @@ Flags Parse(int argc, char** argv) {
       ok = absl::SimpleAtoi(v, &f.ack_every) && f.ack_every >= 1 && f.ack_every <= 257;
     } else if (k == "room") {
       ok = absl::SimpleAtoi(v, &f.room) && (f.room == 0 || f.room == 1);
+    } else if (k == "ack_prefix") {
+      ok = absl::SimpleAtoi(v, &f.ack_prefix) && (f.ack_prefix == 0 || f.ack_prefix == 1);
     } else if (k == "trace") {
       ok = absl::SimpleAtob(v, &f.trace);
     } else {
@@ -142,6 +146,7 @@ transport::EndpointConfig EndpointFor(const Flags& f) {
   c.early_close.min_fraction = f.min_delivered;
   if (f.ack_every >= 1) c.ack_every = uint32_t(f.ack_every);
   if (f.room >= 0) c.congestion.room_restart = f.room == 1;
+  if (f.ack_prefix >= 0) c.ack_prefix = f.ack_prefix == 1;
   return c;
 }
 
@@ -195,11 +200,29 @@ int RunServer(const Flags& f) {
   // Ingress trace: psd's received bytes every 100 ms, so the driver can see
   // how full the incast link is while pushes are in flight (not only the
   // span from the first push to the last).
+  // Its sent bytes and retransmissions likewise (the pull), and with
+  // --trace each pull flow's controller (as the workers' trace).
   std::atomic<bool> tracing{true};
-  std::vector<std::pair<double, uint64_t>> trace;
+  struct Sample {
+    double t;
+    uint64_t rx, tx, retx;
+  };
+  std::vector<Sample> trace;
+  std::string peer_trace;
   std::thread tracer([&] {
     while (tracing.load()) {
-      trace.emplace_back(Mono(), (*server)->endpoint().GetStats().bytes_received);
+      const transport::EndpointStats es = (*server)->endpoint().GetStats();
+      const double now = Mono();
+      trace.push_back({now, es.bytes_received, es.bytes_sent, es.retransmissions});
+      if (f.trace) {
+        for (const transport::PeerEstimate& e : es.peers) {
+          if (e.inflight_bytes == 0 && e.rate_cap_bps == 0) continue;
+          peer_trace += absl::StrFormat(
+              "%s[%.3f,\"%s\",%.1f,%.1f,%.1f,%.0f,%.0f,%d]", peer_trace.empty() ? "" : ",", now,
+              e.peer.ToString(), e.btlbw_bps / 1e6, e.pacing_rate_bps / 1e6, e.rate_cap_bps / 1e6,
+              e.cwnd_bytes / 1e3, e.inflight_bytes / 1e3, e.in_startup ? 1 : 0);
+        }
+      }
       absl::SleepFor(absl::Milliseconds(100));
     }
   });
@@ -209,20 +232,25 @@ int RunServer(const Flags& f) {
   tracer.join();
   std::string tj = "{\"role\":\"trace\",\"t\":[";
   for (size_t i = 0; i < trace.size(); ++i) {
-    tj += absl::StrFormat("%s%.3f", i ? "," : "", trace[i].first);
+    tj += absl::StrFormat("%s%.3f", i ? "," : "", trace[i].t);
   }
-  tj += "],\"rx_bytes\":[";
-  for (size_t i = 0; i < trace.size(); ++i) {
-    tj += absl::StrFormat("%s%llu", i ? "," : "", (unsigned long long)trace[i].second);
+  for (const auto& [name, field] :
+       {std::pair{"rx_bytes", &Sample::rx}, std::pair{"tx_bytes", &Sample::tx},
+        std::pair{"retransmissions", &Sample::retx}}) {
+    tj += absl::StrFormat("],\"%s\":[", name);
+    for (size_t i = 0; i < trace.size(); ++i) {
+      tj += absl::StrFormat("%s%llu", i ? "," : "", (unsigned long long)(trace[i].*field));
+    }
   }
-  std::printf("%s]}\n", tj.c_str());
+  std::printf("%s],\"peers\":[%s]}\n", tj.c_str(), peer_trace.c_str());
   const ps::ShardServerStats s = (*server)->GetStats();
   const transport::EndpointStats es = (*server)->endpoint().GetStats();
   std::printf(
       "{\"role\":\"server\",\"finished\":%s,\"rounds_complete\":%llu,\"rounds_deadline\":%llu,"
       "\"partial_pushes\":%llu,\"bubble_bytes\":%llu,\"bytes_received\":%llu,"
       "\"closes_complete\":%llu,\"closes_fraction\":%llu,\"closes_deadline\":%llu,"
-      "\"retransmissions\":%llu,\"congestion_rounds\":%llu,\"standing_queue_rounds\":%llu,"
+      "\"retransmissions\":%llu,\"losses_timeout\":%llu,\"losses_spurious\":%llu,"
+      "\"undone_rounds\":%llu,\"congestion_rounds\":%llu,\"standing_queue_rounds\":%llu,"
       "\"startup_restarts\":%llu,\"send_buffer_waits\":%llu,\"datagrams_received\":%llu,"
       "\"datagrams_sent\":%llu,\"acks_sent\":%llu,\"acks_received\":%llu,"
       "\"ingress_mbps\":%.1f,\"lt_ms\":[%s],\"peers\":%s}\n",
@@ -231,11 +259,13 @@ int RunServer(const Flags& f) {
       (unsigned long long)s.bubble_bytes, (unsigned long long)es.bytes_received,
       (unsigned long long)es.lossy_closes[0], (unsigned long long)es.lossy_closes[1],
       (unsigned long long)es.lossy_closes[2], (unsigned long long)es.retransmissions,
-      (unsigned long long)es.congestion_rounds, (unsigned long long)es.standing_queue_rounds,
-      (unsigned long long)es.startup_restarts, (unsigned long long)es.send_buffer_waits,
-      (unsigned long long)es.datagrams_received, (unsigned long long)es.datagrams_sent,
-      (unsigned long long)es.acks_sent, (unsigned long long)es.acks_received, es.ingress_bps / 1e6,
-      LtJson(es).c_str(), PeersJson(es).c_str());
+      (unsigned long long)es.losses_timeout, (unsigned long long)es.losses_spurious,
+      (unsigned long long)es.undone_rounds, (unsigned long long)es.congestion_rounds,
+      (unsigned long long)es.standing_queue_rounds, (unsigned long long)es.startup_restarts,
+      (unsigned long long)es.send_buffer_waits, (unsigned long long)es.datagrams_received,
+      (unsigned long long)es.datagrams_sent, (unsigned long long)es.acks_sent,
+      (unsigned long long)es.acks_received, es.ingress_bps / 1e6, LtJson(es).c_str(),
+      PeersJson(es).c_str());
   return done ? 0 : 1;
 }
 

@@ -152,6 +152,22 @@ void CongestionControl::OnLoss(uint32_t bytes, uint64_t inflight_bytes) {
   round_loss_inflight_ = std::max(round_loss_inflight_, inflight_bytes);
 }
 
+void CongestionControl::OnSpuriousLoss(uint32_t bytes) {
+  if (round_lost_packets_ > 0 && round_lost_bytes_ >= bytes) {
+    // Counted in this round: as if it had never been.
+    round_lost_bytes_ -= bytes;
+    --round_lost_packets_;
+    return;
+  }
+  if (undo_rounds_left_ == 0) return;
+  undo_spurious_bytes_ += bytes;
+  if (2 * undo_spurious_bytes_ >= undo_lost_bytes_) {
+    inflight_hi_ = undo_inflight_hi_;
+    undo_rounds_left_ = 0;
+    ++undone_rounds_;
+  }
+}
+
 void CongestionControl::EndRound(uint64_t now_us) {
   ++rounds_;
   const uint64_t total = round_delivered_bytes_ + round_lost_bytes_;
@@ -178,7 +194,12 @@ void CongestionControl::EndRound(uint64_t now_us) {
   room_rounds_ = room ? room_rounds_ + 1 : 0;
   round_cap_min_ = rate_cap_bps_ == 0 ? UINT64_MAX : rate_cap_bps_;
   const uint64_t model = ModelCwnd();
+  if (undo_rounds_left_ > 0) --undo_rounds_left_;
   if (congested) {
+    undo_rounds_left_ = 2;
+    undo_inflight_hi_ = inflight_hi_;
+    undo_lost_bytes_ = round_lost_bytes_;
+    undo_spurious_bytes_ = 0;
     ++congestion_rounds_;
     growth_packets_ = 1;
     rounds_since_congestion_ = 0;

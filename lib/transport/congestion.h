@@ -68,6 +68,20 @@
 // held back by its own access link, whose cap stays high, does not keep
 // overshooting it.
 //
+// Spurious losses (ours, as TCP's Eifel/F-RTO undo): a packet declared
+// lost whose ACK then arrives before it was resent, or sooner than half an
+// RTprop after the resend (so for the first transmission), was never
+// lost: its ACK was late (a delay spike on the reverse path, a host that
+// did not run the endpoint thread) or the ACK itself was lost. On the
+// testbed a pull flow alone at the end of an iteration has its ACKs behind
+// psd's ingress queue full of the next pushes; each delay spike fired the
+// retransmission timer for the whole window, the round read as >5% loss,
+// and the flow sat at a 16-packet window at 8-15 Mbit/s on an idle 100
+// Mbit/s link for seconds. A spurious loss found in the round that
+// counted it is taken out of the round; once half the bytes that made a
+// round congested prove spurious (within the two rounds after it), the
+// cut is undone: inflight_hi goes back to what it was.
+//
 // Pure state machine: the caller passes times (microseconds, any epoch) and
 // byte counts. Not thread-safe; owned by the endpoint thread.
 #ifndef HETPS_LIB_TRANSPORT_CONGESTION_H_
@@ -132,6 +146,8 @@ class CongestionControl {
   // A packet of `bytes` was declared lost; `inflight_bytes` were in flight
   // before it was taken out.
   void OnLoss(uint32_t bytes, uint64_t inflight_bytes);
+  // A packet of `bytes` declared lost was delivered after all (above).
+  void OnSpuriousLoss(uint32_t bytes);
 
   // Fair-share rate cap (see above); 0 removes it. A cap that stays well
   // above the flow's BtlBw, or is lifted, sends it back to startup: see
@@ -156,6 +172,8 @@ class CongestionControl {
   uint64_t congestion_rounds() const { return congestion_rounds_; }
   // Of those, the rounds that counted only because a queue stood.
   uint64_t standing_queue_rounds() const { return standing_queue_rounds_; }
+  // Congestion rounds undone: their losses proved spurious.
+  uint64_t undone_rounds() const { return undone_rounds_; }
 
  private:
   CongestionConfig config_;
@@ -200,6 +218,12 @@ class CongestionControl {
   uint64_t congestion_rounds_ = 0;
   uint64_t standing_queue_rounds_ = 0;
   uint32_t growth_packets_ = 1;  // raise of inflight_hi_ next round
+  // Undo of the last congestion round (spurious losses, above).
+  uint32_t undo_rounds_left_ = 0;  // > 0: an undo may still come
+  uint64_t undo_inflight_hi_ = UINT64_MAX;
+  uint64_t undo_lost_bytes_ = 0;      // the round's lost bytes
+  uint64_t undo_spurious_bytes_ = 0;  // of those, proved spurious since
+  uint64_t undone_rounds_ = 0;
   uint32_t rounds_since_congestion_ = 0;
 
   uint64_t ModelCwnd() const;

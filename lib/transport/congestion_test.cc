@@ -161,6 +161,48 @@ TEST_CASE("restarts that find no room back off", "[congestion]") {
   CHECK(cc.btlbw_bps() < 11'000'000);
 }
 
+// Spurious losses (congestion.h): a timer burst that declared 30 packets
+// lost whose ACKs then came after all. Found within the round, the losses
+// leave the round; found after it, the round's cut is undone; without
+// them the cut stays.
+TEST_CASE("losses that prove spurious are taken back", "[congestion]") {
+  for (int mode = 0; mode < 3; ++mode) {  // 0: same round, 1: after the round, 2: never
+    INFO("mode " << mode);
+    CongestionConfig c;
+    CongestionControl cc(c);
+    Sender sender{cc, Path{100'000'000, 20'000}};
+    sender.RunUntil(3'000'000);
+    REQUIRE(!cc.in_startup());
+    REQUIRE(cc.inflight_hi() == UINT64_MAX);
+    const uint64_t rounds = cc.congestion_rounds();
+    const uint64_t inflight = sender.inflight;
+    for (int i = 0; i < 30; ++i) cc.OnLoss(Sender::kBytes, inflight);
+    if (mode == 0) {
+      for (int i = 0; i < 30; ++i) cc.OnSpuriousLoss(Sender::kBytes);
+    }
+    sender.RunUntil(sender.now + 25'000);  // the round ends
+    if (mode == 0) {
+      CHECK(cc.congestion_rounds() == rounds);
+      CHECK(cc.inflight_hi() == UINT64_MAX);
+      continue;
+    }
+    REQUIRE(cc.congestion_rounds() == rounds + 1);
+    const uint64_t cut = cc.inflight_hi();
+    CHECK(cut <= inflight * 7 / 10 + Sender::kBytes);
+    if (mode == 1) {
+      for (int i = 0; i < 14; ++i) cc.OnSpuriousLoss(Sender::kBytes);
+      CHECK(cc.inflight_hi() == cut);  // under half of the round's losses: no undo yet
+      cc.OnSpuriousLoss(Sender::kBytes);
+      CHECK(cc.inflight_hi() == UINT64_MAX);
+      CHECK(cc.undone_rounds() == 1);
+    } else {
+      sender.RunUntil(sender.now + 25'000);
+      CHECK(cc.inflight_hi() <= cut + 2 * Sender::kBytes);  // additive growth only
+      CHECK(cc.undone_rounds() == 0);
+    }
+  }
+}
+
 TEST_CASE("retransmissions give no RTT sample (Karn)", "[congestion]") {
   CongestionConfig c;
   CongestionControl cc(c);

@@ -113,6 +113,7 @@ struct PacketState {
   SendSample sample;
   uint64_t tx_seq = 0;  // latest transmission's number (per peer)
   uint16_t tx_count = 0;
+  uint16_t lost_tx_count = 0;  // tx_count when last declared lost; 0: never
   bool acked = false;
   bool in_flight = false;
   bool queued_retx = false;
@@ -127,6 +128,7 @@ struct SendFlow {
   std::shared_ptr<SendHandle> handle;
   uint32_t next_new = 0;
   uint32_t acked = 0;
+  uint32_t prefix_acked = 0;  // seqs below it acknowledged (the receiver's ACK prefix)
   std::deque<uint32_t> retx;  // lost packets resent before new ones (LTP: critical only, CQ)
   // Loss-tolerant: packets [0, critical_count) are critical; lost normal
   // packets wait in rq until nothing new is left.
@@ -179,7 +181,7 @@ struct RecvFlow {
   bool lossy = false;
   uint64_t start_us = 0;               // first packet's arrival
   uint32_t critical_end = UINT32_MAX;  // seq flagged kFlagCriticalEnd, once seen
-  uint32_t prefix = 0;                 // seqs [0, prefix) all received
+  uint32_t prefix = 0;                 // seqs [0, prefix) all received (ACK prefix)
   bool first_pass_done = false;        // the sender sent every packet once
   uint32_t rtprop_us = 0;              // sender's latest estimates
   uint64_t btlbw_bps = 0;
@@ -285,7 +287,8 @@ struct Endpoint::Impl {
   uint64_t FlowLt(const RecvLink& link, const RecvFlow& f, uint64_t ingress_bps) const;
   void HandleData(const Peer& from, const Packet& p, uint64_t now);
   void HandleAck(const Peer& from, const Packet& p, uint64_t now);
-  bool AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t now);
+  // rtt_sample: false for a packet covered only by an ACK's prefix.
+  bool AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t now, bool rtt_sample);
   void QueueAck(const Peer& to, const Header& about, uint64_t now, bool urgent);
   void EmitAcks(uint64_t now);
   uint64_t IngressShareBps(uint64_t now);
@@ -527,6 +530,11 @@ void Endpoint::Impl::QueueControl(const Peer& to, PacketType type, const Header&
   h.chunk_id = about.chunk_id;
   h.chunk_offset = about.chunk_offset;
   h.iteration = about.iteration;
+  if (type == PacketType::kAck) {
+    // What EmitAcks set: the prefix and the receiver's fair share.
+    h.flags = about.flags & kFlagAckPrefix;
+    h.btlbw_kbps = about.btlbw_kbps;
+  }
   h.payload_bytes = static_cast<uint16_t>(p.body_len);
   EncodeHeader(h, p.head.data());
   pending.push_back(p);
@@ -599,11 +607,26 @@ void Endpoint::Impl::EmitAcks(uint64_t now) {
       ++it;
       continue;
     }
+    // The flow's prefix as it is now (a flow that completed: all of it).
+    uint32_t prefix = 0;
+    if (config.ack_prefix) {
+      if (auto r = recv.find(key); r != recv.end()) {
+        prefix = r->second.prefix;
+      } else if (auto c = closed.find(key);
+                 c != closed.end() && c->second.reason == CloseReason::kComplete) {
+        prefix = batch.about.total_packets;
+      }
+    }
     for (size_t i = 0; i < batch.seqs.size(); i += 1 + kAckSeqsMax) {
       const size_t extra = std::min(kAckSeqsMax, batch.seqs.size() - i - 1);
       Header h = batch.about;
       h.seq = batch.seqs[i];
       h.btlbw_kbps = static_cast<uint32_t>(share_kbps);
+      h.flags &= static_cast<uint8_t>(~kFlagAckPrefix);
+      if (prefix > 0) {
+        h.flags |= kFlagAckPrefix;
+        h.chunk_offset = prefix;
+      }
       const std::vector<uint8_t>* body = nullptr;
       if (extra > 0) {
         ack_payloads.emplace_back(extra * sizeof(uint32_t));
@@ -720,10 +743,10 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
   links[from].recent.OnBytes(now, f.packet_bytes);
   receiver->OnData(from, h, p.payload);
   ++f.received;
+  while (f.prefix < f.total && f.has(f.prefix)) ++f.prefix;
   if (f.lossy) {
     if (h.flags & kFlagCriticalEnd) f.critical_end = h.seq;
     if ((h.flags & kFlagResent) || h.seq + 1 == f.total) f.first_pass_done = true;
-    while (f.prefix < f.total && f.has(f.prefix)) ++f.prefix;
     if (h.rtprop_us > 0) f.rtprop_us = h.rtprop_us;
     if (h.btlbw_kbps > 0) f.btlbw_bps = uint64_t(h.btlbw_kbps) * 1000;
   }
@@ -847,15 +870,24 @@ void Endpoint::Impl::HandleAck(const Peer& from, const Packet& p, uint64_t now) 
   SendFlow& f = *it->second;
   PeerState& ps = PeerFor(from);
   ps.receiver_share_bps = uint64_t(h.btlbw_kbps) * 1000;
-  bool finished = AckOne(f, ps, h.seq, now);
+  bool finished = AckOne(f, ps, h.seq, now, true);
   const size_t extra = h.payload_bytes / sizeof(uint32_t);
-  for (size_t i = 0; i < extra && !finished; ++i) finished = AckOne(f, ps, AckSeq(p, i), now);
+  for (size_t i = 0; i < extra && !finished; ++i) {
+    finished = AckOne(f, ps, AckSeq(p, i), now, true);
+  }
+  // The prefix covers packets whose own ACK was lost: delivered, but
+  // their RTT is unknown (the ACK that names them came later).
+  const uint32_t prefix = std::min<uint32_t>(AckPrefix(h), uint32_t(f.state.size()));
+  for (; f.prefix_acked < prefix && !finished; ++f.prefix_acked) {
+    finished = AckOne(f, ps, f.prefix_acked, now, false);
+  }
   if (finished) FinishFlow(h.flow_id, absl::OkStatus());
   DetectLosses(ps, now);
 }
 
 // Returns true when this ACK completed the flow.
-bool Endpoint::Impl::AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t now) {
+bool Endpoint::Impl::AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t now,
+                            bool rtt_sample) {
   if (seq >= f.state.size()) {
     ++stats.drops[size_t(DropReason::kBadSequence)];
     return false;
@@ -868,10 +900,21 @@ bool Endpoint::Impl::AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t n
     ps.inflight_bytes -= bytes;
     st.in_flight = false;
   }
-  ps.cc.OnAck(now, bytes, st.sample);
+  SendSample sample = st.sample;
+  if (!rtt_sample) sample.retransmitted = true;  // as a resent packet: no RTT
+  // Declared lost, yet delivered: not resent since, or acknowledged sooner
+  // than half an RTprop after the resend (so the first copy arrived).
+  if (st.lost_tx_count > 0 &&
+      (st.tx_count == st.lost_tx_count ||
+       (now >= sample.sent_us && 2 * (now - sample.sent_us) < ps.cc.rtprop_us()))) {
+    ++stats.losses_spurious;
+    ps.cc.OnSpuriousLoss(bytes);
+    st.lost_tx_count = 0;
+  }
+  ps.cc.OnAck(now, bytes, sample);
   egress.OnBytes(now, bytes);
   ps.acked.OnBytes(now, bytes);
-  if (!st.sample.retransmitted && now >= st.sample.sent_us) {
+  if (!sample.retransmitted && now >= sample.sent_us) {
     const double rtt = double(now - st.sample.sent_us);
     if (ps.srtt_us == 0) {
       ps.srtt_us = rtt;
@@ -901,6 +944,7 @@ void Endpoint::Impl::MarkLost(SendFlow& f, uint32_t seq, PeerState& ps) {
   PacketState& st = f.state[seq];
   if (st.in_flight) {
     const uint32_t bytes = kHeaderBytes + f.packets[seq].floats * sizeof(float);
+    st.lost_tx_count = st.tx_count;
     ps.cc.OnLoss(bytes, ps.inflight_bytes);
     ps.inflight_bytes -= bytes;
     st.in_flight = false;
@@ -932,6 +976,7 @@ void Endpoint::Impl::DetectLosses(PeerState& ps, uint64_t now) {
     }
     // Lost: three later transmissions were acknowledged, or the timer ran out.
     if (e.tx_seq + 3 <= ps.highest_acked_tx || now >= e.sent_us + rto) {
+      if (e.tx_seq + 3 > ps.highest_acked_tx) ++stats.losses_timeout;
       MarkLost(f, e.seq, ps);
       ps.inflight.pop_front();
       continue;
@@ -1035,7 +1080,9 @@ void Endpoint::Impl::SendData(uint64_t now) {
       p.body = reinterpret_cast<const uint8_t*>(span.data);
       p.body_len = h.payload_bytes;
       pending.push_back(p);
-      ps.next_send_us += bytes * 8'000'000 / rate;
+      // 64-bit: bytes * 8e6 overflows 32 bits from 537 bytes up (it did,
+      // and paced 1400-byte packets 4.3x faster than the rate).
+      ps.next_send_us += uint64_t(bytes) * 8'000'000 / rate;
     }
   }
 }
@@ -1151,6 +1198,7 @@ void Endpoint::Impl::Publish() {
                        ps->cc.in_startup(), ps->inflight_bytes});
     s.congestion_rounds += ps->cc.congestion_rounds();
     s.standing_queue_rounds += ps->cc.standing_queue_rounds();
+    s.undone_rounds += ps->cc.undone_rounds();
     s.startup_restarts += ps->cc.startup_restarts();
   }
   for (auto& [peer, link] : links) s.links.push_back(link.estimate);

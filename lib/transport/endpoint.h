@@ -96,6 +96,12 @@ struct EndpointConfig {
   // ack_delay_max_us 0: one ACK per receive batch, at once.
   uint32_t ack_every = 16;
   uint32_t ack_delay_max_us = 1000;
+  // Every ACK also says up to where the flow arrived without a gap
+  // (wire.h kFlagAckPrefix), so a lost ACK datagram costs nothing. On the
+  // incast testbed the pull's ACKs cross psd's ingress queue, full of the
+  // next pushes: without the prefix each lost ACK read as up to 17 lost
+  // packets and held the last pull flow at a 16-packet window.
+  bool ack_prefix = true;
   CongestionConfig congestion;
   ImpairmentConfig impairment;
   EarlyCloseConfig early_close;  // for loss-tolerant flows this endpoint receives
@@ -232,6 +238,9 @@ struct EndpointStats {
   uint64_t deferred_retransmissions = 0;  // RQ: lost normal packets resent after the rest
   uint64_t congestion_rounds = 0;         // sum of PeerEstimate::congestion_rounds
   uint64_t standing_queue_rounds = 0;     // of those, by loss with a standing queue
+  uint64_t undone_rounds = 0;             // of those, undone: the losses proved spurious
+  uint64_t losses_timeout = 0;            // packets declared lost by the retransmission timer
+  uint64_t losses_spurious = 0;           // packets declared lost and delivered after all
   uint64_t startup_restarts = 0;          // returns to startup: the fair-share cap rose
   uint64_t send_buffer_waits = 0;         // sends that found the socket buffer full
   uint64_t ingress_bps = 0;               // measured receive rate (shared-link LT)

@@ -153,6 +153,84 @@ TEST_CASE("delayed ACKs: fewer ACK datagrams, same data, same RTprop", "[endpoin
   CHECK(acks[1] * 2 < acks[0]);
 }
 
+// ACKs are not resent: a lost ACK datagram (with delayed ACKs it names up
+// to 17 packets) used to read as that many lost packets, resent for
+// nothing and counted as a congestion round. Each ACK now also carries
+// the flow's prefix (everything below it arrived), so the next ACK covers
+// the lost one's packets. The receiver's impairment drops 30% of what it
+// sends: its ACKs only.
+TEST_CASE("lost ACKs: the ACK prefix keeps them from reading as lost data", "[endpoint]") {
+  const size_t n = 1 << 18;  // 1 MB, ~750 packets
+  uint64_t retx[2] = {0, 0};
+  for (int prefix = 0; prefix < 2; ++prefix) {
+    Assembler rx(n);
+    EndpointConfig sc = Config();
+    sc.ack_prefix = prefix == 1;
+    sc.impairment.loss = 0.3;
+    sc.impairment.seed = 11;
+    auto server = Endpoint::Create(sc, &rx);
+    REQUIRE(server.ok());
+    EndpointConfig cc = Config();
+    cc.impairment.delay_us = 10'000;
+    cc.congestion.rate_bps_max = 40'000'000;
+    auto client = Endpoint::Create(cc, nullptr);
+    REQUIRE(client.ok());
+    auto data = Pattern(n, 6);
+    auto h = (*client)->Send((*server)->local(), 1, Packets(data, 0, cc.payload_floats()));
+    REQUIRE(h->Wait(absl::Seconds(60)));
+    REQUIRE(rx.WaitFlows(1, absl::Seconds(5)));
+    CHECK(rx.buf() == data);
+    const EndpointStats ss = (*server)->GetStats();
+    const EndpointStats cs = (*client)->GetStats();
+    REQUIRE(!cs.peers.empty());
+    retx[prefix] = cs.retransmissions;
+    INFO("prefix " << prefix << ": " << ss.impairment_dropped << " of " << ss.acks_sent
+                   << " ACK datagrams lost, " << cs.retransmissions << " retransmissions of "
+                   << cs.data_packets_sent << " data packets, " << cs.peers[0].congestion_rounds
+                   << " congestion rounds");
+    CHECK(ss.impairment_dropped > 10);
+    if (prefix) {
+      // Only lost ACKs of the flow's last packets still cost resends (the
+      // retransmission timer) and a congestion round or two.
+      CHECK(cs.retransmissions <= 50);
+      CHECK(cs.peers[0].congestion_rounds <= 3);
+    }
+  }
+  INFO("retransmissions: without the prefix " << retx[0] << ", with it " << retx[1]);
+  CHECK(retx[0] > 4 * retx[1] + 40);
+}
+
+// ACKs that come late, not lost: the receiver's impairment holds each of
+// its ACK datagrams 0-60 ms (reordering them), so the sender's timer and
+// the three-later-ACKs rule declare packets lost that were delivered.
+// Their ACKs then arrive before the resend or too soon after it to be for
+// it: counted as spurious, and the congestion rounds they caused undone.
+TEST_CASE("late ACKs: losses that prove spurious are counted and undone", "[endpoint]") {
+  const size_t n = 1 << 18;  // 1 MB, ~750 packets
+  Assembler rx(n);
+  EndpointConfig sc = Config();
+  sc.impairment.jitter_us = 60'000;
+  sc.impairment.seed = 13;
+  auto server = Endpoint::Create(sc, &rx);
+  REQUIRE(server.ok());
+  EndpointConfig cc = Config();
+  cc.impairment.delay_us = 10'000;
+  cc.congestion.rate_bps_max = 40'000'000;
+  auto client = Endpoint::Create(cc, nullptr);
+  REQUIRE(client.ok());
+  auto data = Pattern(n, 7);
+  auto h = (*client)->Send((*server)->local(), 1, Packets(data, 0, cc.payload_floats()));
+  REQUIRE(h->Wait(absl::Seconds(60)));
+  REQUIRE(rx.WaitFlows(1, absl::Seconds(5)));
+  CHECK(rx.buf() == data);
+  const EndpointStats cs = (*client)->GetStats();
+  INFO(cs.losses_timeout << " timer losses, " << cs.losses_spurious << " spurious, "
+                         << cs.retransmissions << " retransmissions, " << cs.congestion_rounds
+                         << " congestion rounds, " << cs.undone_rounds << " undone");
+  CHECK(cs.losses_spurious > 0);
+  if (cs.congestion_rounds > 0) CHECK(cs.undone_rounds > 0);
+}
+
 TEST_CASE("ack_every and ack_delay_max_us are validated", "[endpoint]") {
   Assembler rx(16);
   EndpointConfig c = Config();
@@ -208,6 +286,51 @@ std::vector<uint8_t> Datagram(Header h, size_t payload) {
   std::vector<uint8_t> d(kHeaderBytes + payload, 0);
   EncodeHeader(h, d.data());
   return d;
+}
+
+// The receiver's max-min share of its ingress travels in its ACKs
+// (btlbw_kbps) and caps each sender's pacing (congestion.h SetRateCap).
+// Two senders at 30 Mbit/s each: once a 500 ms ingress bin is measured,
+// each hears a share near 30 Mbit/s. (A sender with one peer has no
+// egress share of its own, so its cap is the receiver's word.)
+TEST_CASE("the receiver's fair share reaches its senders' caps", "[endpoint]") {
+  const size_t n = 1 << 20;  // 4 MB each: ~1.1 s at 30 Mbit/s
+  Assembler rx(2 * n);
+  auto server = Endpoint::Create(Config(), &rx);
+  REQUIRE(server.ok());
+  EndpointConfig cc = Config();
+  cc.congestion.rate_bps_max = 30'000'000;
+  auto a = Endpoint::Create(cc, nullptr);
+  auto b = Endpoint::Create(cc, nullptr);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  auto da = Pattern(n, 3), db = Pattern(n, 4);
+  const uint32_t pf = cc.payload_floats();
+  auto ha = (*a)->Send((*server)->local(), 1, Packets(da, 0, pf));
+  auto hb = (*b)->Send((*server)->local(), 1, Packets(db, n / kChunkFloats, pf));
+  uint64_t cap_max = 0;
+  while (!ha->done() || !hb->done()) {
+    for (auto* e : {&*a, &*b}) {
+      for (const PeerEstimate& p : (*e)->GetStats().peers)
+        cap_max = std::max(cap_max, p.rate_cap_bps);
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  REQUIRE(ha->Wait(absl::Seconds(30)));
+  REQUIRE(hb->Wait(absl::Seconds(30)));
+  REQUIRE(rx.WaitFlows(2, absl::Seconds(5)));
+  CHECK(std::equal(da.begin(), da.end(), rx.buf().begin()));
+  const uint64_t bytes = (*a)->GetStats().bytes_sent;
+  INFO("largest cap a sender heard: "
+       << cap_max / 1e6 << " Mbit/s; flows took " << absl::ToDoubleSeconds(ha->elapsed())
+       << " s and " << absl::ToDoubleSeconds(hb->elapsed()) << " s for " << bytes << " bytes each");
+  CHECK(cap_max >= 15'000'000);
+  CHECK(cap_max <= 60'000'000);
+  // Pacing holds the rate: no flow ends sooner than its bytes at 30 Mbit/s
+  // allow (a 32-bit overflow once paced 1400-byte packets 4.3x too fast).
+  const double floor_s = 0.9 * double(bytes) * 8 / 30e6;
+  CHECK(absl::ToDoubleSeconds(ha->elapsed()) >= floor_s);
+  CHECK(absl::ToDoubleSeconds(hb->elapsed()) >= floor_s);
 }
 
 TEST_CASE("truncated, oversized, forged, replayed and unexpected datagrams are counted",

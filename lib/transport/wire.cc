@@ -157,6 +157,10 @@ DropReason Decode(const uint8_t* data, size_t len, Packet* p) {
   }
   h.chunk_id = Get32(data + 28);
   h.chunk_offset = Get32(data + 32);
+  if (h.flags & kFlagAckPrefix) {
+    if (h.type != PacketType::kAck) return DropReason::kBadFlags;
+    if (h.chunk_offset > h.total_packets) return DropReason::kBadSequence;
+  }
   h.iteration = Get32(data + 36);
   h.rtprop_us = Get32(data + 40);
   h.btlbw_kbps = Get32(data + 44);

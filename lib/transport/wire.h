@@ -57,9 +57,14 @@ enum PacketFlags : uint8_t {
   // LTP: a lost normal packet resent from the retransmission queue, which is
   // served only once every packet went out once: the sender's first pass is over.
   kFlagResent = 1 << 4,
+  // ACK only: chunk_offset holds the receiver's prefix, every seq below it
+  // has arrived. ACKs are not resent, so a lost ACK datagram (and with
+  // delayed ACKs it names up to 17 packets) would otherwise read as that
+  // many lost packets: spurious retransmissions and a congestion round.
+  kFlagAckPrefix = 1 << 5,
 };
 constexpr uint8_t kFlagsKnown =
-    kFlagCritical | kFlagLast | kFlagLossTolerant | kFlagCriticalEnd | kFlagResent;
+    kFlagCritical | kFlagLast | kFlagLossTolerant | kFlagCriticalEnd | kFlagResent | kFlagAckPrefix;
 
 struct Header {
   PacketType type = PacketType::kData;
@@ -70,11 +75,17 @@ struct Header {
   uint32_t seq = 0;            // packet index within the flow, < total_packets
   uint32_t total_packets = 0;  // packets in the flow (>= 1)
   uint32_t chunk_id = 0;
-  uint32_t chunk_offset = 0;  // in floats, within the chunk
+  uint32_t chunk_offset = 0;  // in floats, within the chunk (ACK: see kFlagAckPrefix)
   uint32_t iteration = 0;
   uint32_t rtprop_us = 0;   // sender's round-trip propagation estimate (0: none yet)
   uint32_t btlbw_kbps = 0;  // sender's bottleneck bandwidth estimate (0: none yet)
 };
+
+// The prefix an ACK carries (kFlagAckPrefix): every seq below it arrived;
+// 0 when it carries none.
+inline uint32_t AckPrefix(const Header& h) {
+  return (h.flags & kFlagAckPrefix) ? h.chunk_offset : 0;
+}
 
 // Why a datagram was dropped. Each reason is a counter label.
 enum class DropReason : uint8_t {

@@ -139,7 +139,32 @@ TEST_CASE("loss-tolerant flags decode; unknown flag bits do not", "[wire]") {
   CHECK(p.header.flags == (kFlagLossTolerant | kFlagCriticalEnd | kFlagCritical));
   d[4] = kFlagResent | kFlagLossTolerant;
   CHECK(Decode(d.data(), d.size(), &p) == DropReason::kNone);
-  d[4] = 1 << 5;
+  d[4] = 1 << 6;
+  CHECK(Decode(d.data(), d.size(), &p) == DropReason::kBadFlags);
+  d[4] = kFlagAckPrefix;  // on DATA
+  CHECK(Decode(d.data(), d.size(), &p) == DropReason::kBadFlags);
+}
+
+TEST_CASE("an ack may carry its flow's prefix, never past the flow", "[wire]") {
+  Header h = DataHeader(0);
+  h.type = PacketType::kAck;
+  Packet p;
+  auto d = Datagram(h, 0);
+  REQUIRE(Decode(d.data(), d.size(), &p) == DropReason::kNone);
+  CHECK(AckPrefix(p.header) == 0);  // chunk_offset 350 is no prefix without the flag
+  h.flags = kFlagAckPrefix;
+  for (uint32_t prefix : {0u, 1u, 10u}) {
+    h.chunk_offset = prefix;
+    d = Datagram(h, 0);
+    REQUIRE(Decode(d.data(), d.size(), &p) == DropReason::kNone);
+    CHECK(AckPrefix(p.header) == prefix);
+  }
+  h.chunk_offset = 11;  // total_packets is 10
+  d = Datagram(h, 0);
+  CHECK(Decode(d.data(), d.size(), &p) == DropReason::kBadSequence);
+  h.type = PacketType::kStop;
+  h.chunk_offset = 1;
+  d = Datagram(h, 0);
   CHECK(Decode(d.data(), d.size(), &p) == DropReason::kBadFlags);
 }
 
