@@ -86,7 +86,12 @@ summarize() {
 import json, statistics, sys
 log, mb, rtt, loss, spec, workers, rate_mbit = sys.argv[1:8]
 workers, mb, rate = int(workers), float(mb), float(rate_mbit) * 1e6
-rows = [json.loads(l) for l in open(log) if l.startswith("{")]
+rows = []
+for l in open(log):
+    try:
+        rows.append(json.loads(l))
+    except ValueError:
+        pass  # not a JSON line (a daemon's message)
 it = {}
 cc = set()
 server = {}

@@ -131,6 +131,18 @@ transport::Peer PeerOf(const std::string& s) {
   return *p;
 }
 
+// One line in one write(2): the processes of a run append to one log, and
+// stdio would cut a long line (the traces) into buffer-sized writes that
+// interleave with the others' lines.
+void PrintLine(const std::string& line) {
+  std::fflush(stdout);
+  for (size_t at = 0; at < line.size();) {
+    const ssize_t n = write(STDOUT_FILENO, line.data() + at, line.size() - at);
+    if (n <= 0) return;
+    at += size_t(n);
+  }
+}
+
 transport::EndpointConfig EndpointFor(const Flags& f) {
   transport::EndpointConfig c;
   auto hp = ParseHostPort(f.listen);
@@ -242,7 +254,7 @@ int RunServer(const Flags& f) {
       tj += absl::StrFormat("%s%llu", i ? "," : "", (unsigned long long)(trace[i].*field));
     }
   }
-  std::printf("%s],\"peers\":[%s]}\n", tj.c_str(), peer_trace.c_str());
+  PrintLine(absl::StrFormat("%s],\"peers\":[%s]}\n", tj.c_str(), peer_trace.c_str()));
   const ps::ShardServerStats s = (*server)->GetStats();
   const transport::EndpointStats es = (*server)->endpoint().GetStats();
   std::printf(
@@ -374,8 +386,8 @@ int RunWorker(const Flags& f) {
   tracing.store(false);
   tracer.join();
   if (f.trace) {
-    std::printf("{\"role\":\"worker_trace\",\"listen\":\"%s\",\"cc\":[%s]}\n", f.listen.c_str(),
-                trace.c_str());
+    PrintLine(absl::StrFormat("{\"role\":\"worker_trace\",\"listen\":\"%s\",\"cc\":[%s]}\n",
+                              f.listen.c_str(), trace.c_str()));
   }
   const transport::EndpointStats ws = (*t)->GetStats();
   std::printf(

@@ -176,6 +176,27 @@ TransportMetrics::TransportMetrics(prometheus::Registry& r, const std::string& p
                "the cap on data in flight.")
            .Register(r)
            .Add({});
+  undone_rounds_ = &prometheus::BuildCounter()
+                        .Name(p + "_data_undone_rounds_total")
+                        .Help(
+                            "Of the congestion rounds, those undone: their losses proved "
+                            "spurious (late or lost ACKs).")
+                        .Register(r)
+                        .Add({});
+  losses_timeout_ = &prometheus::BuildCounter()
+                         .Name(p + "_data_losses_timeout_total")
+                         .Help(
+                             "Packets declared lost by the retransmission timer (not by "
+                             "three later ACKs).")
+                         .Register(r)
+                         .Add({});
+  losses_spurious_ = &prometheus::BuildCounter()
+                          .Name(p + "_data_losses_spurious_total")
+                          .Help(
+                              "Packets declared lost that were delivered after all (their "
+                              "ACK came before the resend, or too soon after it).")
+                          .Register(r)
+                          .Add({});
   standing_queue_rounds_ =
       &prometheus::BuildCounter()
            .Name(p + "_data_standing_queue_rounds_total")
@@ -265,6 +286,9 @@ void TransportMetrics::Update(const transport::EndpointStats& s) {
   AdvanceCounter(packets_missing_, s.packets_missing, &last_.packets_missing);
   AdvanceCounter(congestion_rounds_, s.congestion_rounds, &last_.congestion_rounds);
   AdvanceCounter(standing_queue_rounds_, s.standing_queue_rounds, &last_.standing_queue_rounds);
+  AdvanceCounter(undone_rounds_, s.undone_rounds, &last_.undone_rounds);
+  AdvanceCounter(losses_timeout_, s.losses_timeout, &last_.losses_timeout);
+  AdvanceCounter(losses_spurious_, s.losses_spurious, &last_.losses_spurious);
   AdvanceCounter(startup_restarts_, s.startup_restarts, &last_.startup_restarts);
   ingress_->Set(static_cast<double>(s.ingress_bps) / 8);
   for (size_t i = 0; i < size_t(transport::CloseReason::kCount); ++i) {

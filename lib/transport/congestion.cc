@@ -10,6 +10,7 @@ constexpr double kStartupGain = 2.885;  // 2/ln 2: doubles the rate every round
 constexpr double kCwndGain = 2.0;
 constexpr double kCycleGains[] = {1.25, 0.75, 1, 1, 1, 1, 1, 1};
 constexpr double kCapStartupGain = 1.25;  // startup under a fair-share cap: probe, do not flood
+constexpr double kCapHeadroom = 1.25;     // after startup: the cap's ceiling over the share
 // After startup the standing-queue response waits until a round sees
 // RTprop again (startup's own queue has drained), or this many rounds.
 constexpr uint32_t kArmRounds = 16;
@@ -238,9 +239,14 @@ uint64_t CongestionControl::pacing_rate_bps() const {
   }
   if (rate_cap_bps_ > 0) {
     // A restart under a cap climbs to the share, not past it: the others
-    // are at theirs (a first startup probes at 1.25, as a cycle does).
+    // are at theirs (a first startup probes at 1.25). After startup the
+    // cap is a ceiling 25% above the share and the flow's own gain cycle
+    // paces it: with the cap times the cycle's gain, the flows sat at a
+    // share of what they had achieved (C is measured, not known), and
+    // one flow probing at a time could not lift C (psd's pull held at
+    // 68 Mbit/s on a 100 Mbit/s link).
     const double cap_gain =
-        startup_ ? (restart_from_bps_ > 0 ? 1.0 : kCapStartupGain) : kCycleGains[cycle_index_];
+        startup_ ? (restart_from_bps_ > 0 ? 1.0 : kCapStartupGain) : kCapHeadroom;
     rate = std::min(rate, static_cast<uint64_t>(cap_gain * static_cast<double>(rate_cap_bps_)));
   }
   return std::clamp<uint64_t>(rate, 1'000'000, config_.rate_bps_max);

@@ -46,9 +46,11 @@
 // (FairShareBps: sum of min(r_i, R) = C). A flow slower than R for its own
 // reasons (a slow access link) keeps its rate, and what it leaves goes to
 // the others; when the flows together take less than C the largest one may
-// take all that is left. The flow paces at R times the phase's gain (1.25
-// probing, 0.75 draining, 1 cruising; 1.25 in startup), so shares still
-// probe: a probe that finds room raises the measured C, and R with it.
+// take all that is left. After startup the flow paces at its own gain
+// cycle, never above 1.25 x R: C is measured from what the flows achieve,
+// and a cap at R itself (times the phase's gain, as this was first) held
+// them at a share of an underestimate (psd's pull at 68 Mbit/s of 100 on
+// the testbed, once pacing was right); the headroom lets probes lift C.
 //
 // Room (ours). The max-filtered BtlBw only grows by the 1.25 probe once
 // per 8-round gain cycle: a flow that ran at a 1/8 share and is now alone

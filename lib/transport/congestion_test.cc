@@ -396,14 +396,19 @@ TEST_CASE("a receiver-advertised fair share keeps eight senders off the queue's 
   INFO("no share: utilization " << plain.utilization() << " overflow late "
                                 << plain.overflow_late_fraction() << " congestion rounds "
                                 << plain.congestion_rounds);
+  // The cap is a ceiling 25% above the share (congestion.cc kCapHeadroom):
+  // a cap at the share itself halved the overflow here, where C is the
+  // link's from the first round, but on the testbed, where C is measured
+  // from what the capped flows achieve, it held psd's pull at 68 Mbit/s
+  // of 100 (docs/ltp.md). With the headroom the share costs nothing and
+  // still keeps the senders within 20% of equal.
   CHECK(capped.utilization() > 0.95);
-  CHECK(capped.overflow_late_fraction() < plain.overflow_late_fraction() / 2);
-  CHECK(capped.congestion_rounds < plain.congestion_rounds / 2);
-  // Fair: every sender within 10% of the equal share.
+  CHECK(capped.overflow_late_fraction() <= plain.overflow_late_fraction() * 1.1);
+  CHECK(capped.congestion_rounds <= plain.congestion_rounds * 11 / 10);
   const double equal = double(capped.delivered_late) / capped.senders;
   for (uint64_t b : capped.delivered_late_by) {
-    CHECK(double(b) > equal * 0.9);
-    CHECK(double(b) < equal * 1.1);
+    CHECK(double(b) > equal * 0.8);
+    CHECK(double(b) < equal * 1.2);
   }
 }
 
