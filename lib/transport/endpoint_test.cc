@@ -64,6 +64,39 @@ EndpointConfig Config() {
   return c;
 }
 
+// One 1 MB flow (~750 packets) from a client configured `cc` to a server
+// configured `sc`, over loopback: checks it arrived exactly and returns
+// both ends' stats.
+struct OneFlow {
+  EndpointStats server, client;
+};
+OneFlow SendOneFlow(const EndpointConfig& sc, const EndpointConfig& cc, int pattern) {
+  const size_t n = 1 << 18;
+  Assembler rx(n);
+  auto server = Endpoint::Create(sc, &rx);
+  REQUIRE(server.ok());
+  auto client = Endpoint::Create(cc, nullptr);
+  REQUIRE(client.ok());
+  auto data = Pattern(n, pattern);
+  auto h = (*client)->Send((*server)->local(), 1, Packets(data, 0, cc.payload_floats()));
+  REQUIRE(h->Wait(absl::Seconds(60)));
+  REQUIRE(rx.WaitFlows(1, absl::Seconds(5)));
+  CHECK(rx.buf() == data);
+  OneFlow f{(*server)->GetStats(), (*client)->GetStats()};
+  REQUIRE(!f.client.peers.empty());
+  return f;
+}
+
+// A client whose datagrams take `delay_us` one way, paced at 40 Mbit/s:
+// the packets arrive spread out, one per receive batch (on loopback
+// unpaced they arrive in bursts that share an ACK anyway).
+EndpointConfig PacedClient(uint32_t delay_us) {
+  EndpointConfig c = Config();
+  c.impairment.delay_us = delay_us;
+  c.congestion.rate_bps_max = 40'000'000;
+  return c;
+}
+
 TEST_CASE("a 4 MB flow arrives exactly over clean loopback", "[endpoint]") {
   const size_t n = 1 << 20;
   Assembler rx(n);
@@ -119,30 +152,14 @@ TEST_CASE("loss, delay and reordering: still exact, with retransmissions", "[end
 // sender's RTprop still reads the path (the last packet of each batch is
 // acknowledged undelayed).
 TEST_CASE("delayed ACKs: fewer ACK datagrams, same data, same RTprop", "[endpoint]") {
-  const size_t n = 1 << 18;  // 1 MB, ~750 packets
   uint64_t acks[2] = {0, 0};
   for (int delayed = 0; delayed < 2; ++delayed) {
-    Assembler rx(n);
     EndpointConfig sc = Config();
     sc.ack_delay_max_us = 4000;
     if (!delayed) sc.ack_every = 1;
-    auto server = Endpoint::Create(sc, &rx);
-    REQUIRE(server.ok());
-    EndpointConfig cc = Config();
-    cc.impairment.delay_us = 20'000;
-    // Paced: the packets arrive spread out, one per receive batch (on
-    // loopback unpaced they arrive in bursts that share an ACK anyway).
-    cc.congestion.rate_bps_max = 40'000'000;
-    auto client = Endpoint::Create(cc, nullptr);
-    REQUIRE(client.ok());
-    auto data = Pattern(n, 5);
-    auto h = (*client)->Send((*server)->local(), 1, Packets(data, 0, cc.payload_floats()));
-    REQUIRE(h->Wait(absl::Seconds(60)));
-    REQUIRE(rx.WaitFlows(1, absl::Seconds(5)));
-    CHECK(rx.buf() == data);
-    acks[delayed] = (*server)->GetStats().acks_sent;
-    auto cs = (*client)->GetStats();
-    REQUIRE(!cs.peers.empty());
+    const OneFlow f = SendOneFlow(sc, PacedClient(20'000), 5);
+    acks[delayed] = f.server.acks_sent;
+    const EndpointStats& cs = f.client;
     INFO("delayed " << delayed << ": " << acks[delayed] << " ACK datagrams for "
                     << cs.data_packets_sent << " data packets, RTprop " << cs.peers[0].rtprop_us);
     CHECK(cs.peers[0].rtprop_us >= 20'000);
@@ -160,29 +177,15 @@ TEST_CASE("delayed ACKs: fewer ACK datagrams, same data, same RTprop", "[endpoin
 // the lost one's packets. The receiver's impairment drops 30% of what it
 // sends: its ACKs only.
 TEST_CASE("lost ACKs: the ACK prefix keeps them from reading as lost data", "[endpoint]") {
-  const size_t n = 1 << 18;  // 1 MB, ~750 packets
   uint64_t retx[2] = {0, 0};
   for (int prefix = 0; prefix < 2; ++prefix) {
-    Assembler rx(n);
     EndpointConfig sc = Config();
     sc.ack_prefix = prefix == 1;
     sc.impairment.loss = 0.3;
     sc.impairment.seed = 11;
-    auto server = Endpoint::Create(sc, &rx);
-    REQUIRE(server.ok());
-    EndpointConfig cc = Config();
-    cc.impairment.delay_us = 10'000;
-    cc.congestion.rate_bps_max = 40'000'000;
-    auto client = Endpoint::Create(cc, nullptr);
-    REQUIRE(client.ok());
-    auto data = Pattern(n, 6);
-    auto h = (*client)->Send((*server)->local(), 1, Packets(data, 0, cc.payload_floats()));
-    REQUIRE(h->Wait(absl::Seconds(60)));
-    REQUIRE(rx.WaitFlows(1, absl::Seconds(5)));
-    CHECK(rx.buf() == data);
-    const EndpointStats ss = (*server)->GetStats();
-    const EndpointStats cs = (*client)->GetStats();
-    REQUIRE(!cs.peers.empty());
+    const OneFlow f = SendOneFlow(sc, PacedClient(10'000), 6);
+    const EndpointStats& ss = f.server;
+    const EndpointStats& cs = f.client;
     retx[prefix] = cs.retransmissions;
     INFO("prefix " << prefix << ": " << ss.impairment_dropped << " of " << ss.acks_sent
                    << " ACK datagrams lost, " << cs.retransmissions << " retransmissions of "
@@ -206,24 +209,10 @@ TEST_CASE("lost ACKs: the ACK prefix keeps them from reading as lost data", "[en
 // Their ACKs then arrive before the resend or too soon after it to be for
 // it: counted as spurious, and the congestion rounds they caused undone.
 TEST_CASE("late ACKs: losses that prove spurious are counted and undone", "[endpoint]") {
-  const size_t n = 1 << 18;  // 1 MB, ~750 packets
-  Assembler rx(n);
   EndpointConfig sc = Config();
   sc.impairment.jitter_us = 60'000;
   sc.impairment.seed = 13;
-  auto server = Endpoint::Create(sc, &rx);
-  REQUIRE(server.ok());
-  EndpointConfig cc = Config();
-  cc.impairment.delay_us = 10'000;
-  cc.congestion.rate_bps_max = 40'000'000;
-  auto client = Endpoint::Create(cc, nullptr);
-  REQUIRE(client.ok());
-  auto data = Pattern(n, 7);
-  auto h = (*client)->Send((*server)->local(), 1, Packets(data, 0, cc.payload_floats()));
-  REQUIRE(h->Wait(absl::Seconds(60)));
-  REQUIRE(rx.WaitFlows(1, absl::Seconds(5)));
-  CHECK(rx.buf() == data);
-  const EndpointStats cs = (*client)->GetStats();
+  const EndpointStats cs = SendOneFlow(sc, PacedClient(10'000), 7).client;
   INFO(cs.losses_timeout << " timer losses, " << cs.losses_spurious << " spurious, "
                          << cs.retransmissions << " retransmissions, " << cs.congestion_rounds
                          << " congestion rounds, " << cs.undone_rounds << " undone");
