@@ -58,24 +58,39 @@ uint64_t LinkThreshold::LtUs(const EarlyCloseConfig& c, uint64_t bytes, uint32_t
 void IngressRate::Roll(uint64_t now_us) {
   if (bin_start_us_ == 0) bin_start_us_ = now_us;
   if (now_us - bin_start_us_ < bin_us_) return;
-  if (bin_bytes_ > 0) done_.push_back({bin_start_us_, bin_bytes_});
+  if (bin_bytes_ > 0) done_.push_back({bin_start_us_, bin_bytes_, bin_busy_us_});
   // The next bin starts on the grid; empty bins in between count as idle.
   bin_start_us_ += (now_us - bin_start_us_) / bin_us_ * bin_us_;
   bin_bytes_ = 0;
+  bin_busy_us_ = 0;
   const uint64_t horizon = uint64_t(bin_us_) * bins_;
-  while (!done_.empty() && done_.front().first + horizon < now_us) done_.pop_front();
+  while (!done_.empty() && done_.front().start_us + horizon < now_us) done_.pop_front();
 }
 
 void IngressRate::OnBytes(uint64_t now_us, uint64_t bytes) {
   Roll(now_us);
   bin_bytes_ += bytes;
+  if (last_us_ != 0 && now_us > last_us_ && now_us - last_us_ < kBusyGapUs) {
+    bin_busy_us_ += now_us - last_us_;
+  }
+  last_us_ = now_us;
 }
 
 uint64_t IngressRate::rate_bps(uint64_t now_us) {
   Roll(now_us);
   uint64_t best = 0;
-  for (const auto& [start, bytes] : done_) best = std::max(best, bytes);
+  for (const Bin& b : done_) best = std::max(best, b.bytes);
   return best * 8 * 1'000'000 / bin_us_;
+}
+
+uint64_t IngressRate::busy_rate_bps(uint64_t now_us) {
+  Roll(now_us);
+  uint64_t best = 0;
+  for (const Bin& b : done_) {
+    if (2 * b.busy_us < bin_us_) continue;
+    best = std::max(best, b.bytes * 8 * 1'000'000 / b.busy_us);
+  }
+  return best;
 }
 
 uint64_t DeadlineUs(const EarlyCloseConfig& c, uint64_t max_lt_us) {

@@ -107,14 +107,26 @@ class IngressRate {
   void OnBytes(uint64_t now_us, uint64_t bytes);
   // 0 until a full bin was measured.
   uint64_t rate_bps(uint64_t now_us);
+  // The link's capacity as the fair shares need it: bytes over *busy*
+  // time (arrival gaps under kBusyGapUs), in bins busy at least half the
+  // time; 0 when none was. Training traffic comes in bursts: a 1 MB push
+  // over loopback in 2 ms of a 500 ms bin reads as 16 Mbit/s by
+  // rate_bps, and a share of that throttled every later push to it.
+  uint64_t busy_rate_bps(uint64_t now_us);
+  static constexpr uint64_t kBusyGapUs = 5'000;
 
  private:
+  struct Bin {
+    uint64_t start_us, bytes, busy_us;
+  };
   void Roll(uint64_t now_us);
   const uint32_t bin_us_;
   const uint32_t bins_;
   uint64_t bin_start_us_ = 0;
   uint64_t bin_bytes_ = 0;
-  std::deque<std::pair<uint64_t, uint64_t>> done_;  // (bin start, bytes)
+  uint64_t bin_busy_us_ = 0;
+  uint64_t last_us_ = 0;  // last arrival
+  std::deque<Bin> done_;
 };
 
 // A single peer's recent rate, for the fair share (congestion.h,

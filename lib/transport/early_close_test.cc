@@ -115,6 +115,22 @@ TEST_CASE("shared-link LT: all open bytes over the ingress rate", "[early_close]
   CHECK(SharedLtUs(c, 20'000, 8 * 21'000'000ull, 100'000'000) == 0);
 }
 
+// The shares' capacity counts busy time only: bursts (a 1 MB push in 2 ms
+// every 200 ms, as training over loopback) give no capacity at all rather
+// than their 40 Mbit/s average, and a link busy all the time reads its rate.
+TEST_CASE("busy rate: bursts give no capacity, a busy link its rate", "[early_close]") {
+  IngressRate bursts, busy;
+  for (uint64_t t = 1; t < 3'000'000; t += 200'000) {
+    for (uint64_t k = 0; k < 700; ++k) bursts.OnBytes(t + k * 3, 1400);  // 2.1 ms
+  }
+  CHECK(bursts.rate_bps(3'000'000) > 10'000'000);
+  CHECK(bursts.busy_rate_bps(3'000'000) == 0);
+  for (uint64_t t = 1; t < 3'000'000; t += 112) busy.OnBytes(t, 1400);  // 100 Mbit/s
+  const uint64_t r = busy.busy_rate_bps(3'000'000);
+  CHECK(r > 95'000'000);
+  CHECK(r < 105'000'000);
+}
+
 }  // namespace
 TEST_CASE("the deadline's slack is C or a fraction of a long LT", "[early_close]") {
   EarlyCloseConfig c;                              // C = 30 ms, 5%

@@ -572,7 +572,7 @@ uint64_t Endpoint::Impl::IngressShareBps(uint64_t now) {
     share_rates.push_back(now - start < kShareWindowUs ? UINT64_MAX
                                                        : links[p].recent.rate_bps(now));
   }
-  return FairShareBps(ingress.rate_bps(now), share_rates);
+  return FairShareBps(ingress.busy_rate_bps(now), share_rates);
 }
 
 // The same on the sending side over this endpoint's egress (bytes
@@ -586,7 +586,7 @@ void Endpoint::Impl::SetRateCaps(uint64_t now) {
     share_rates.push_back(now - ps->active_since_us < kShareWindowUs ? UINT64_MAX
                                                                      : ps->acked.rate_bps(now));
   }
-  const uint64_t egress_share = FairShareBps(egress.rate_bps(now), share_rates);
+  const uint64_t egress_share = FairShareBps(egress.busy_rate_bps(now), share_rates);
   for (auto& [peer, ps] : peers) {
     if (ps->flows.empty()) continue;
     uint64_t cap = ps->receiver_share_bps;
