@@ -65,6 +65,16 @@ void IngressRate::Roll(uint64_t now_us) {
   bin_busy_us_ = 0;
   const uint64_t horizon = uint64_t(bin_us_) * bins_;
   while (!done_.empty() && done_.front().start_us + horizon < now_us) done_.pop_front();
+  // The maxima change only here (once per bin): the rates are read on
+  // every send and ACK batch.
+  best_bytes_ = 0;
+  best_busy_bps_ = 0;
+  for (const Bin& b : done_) {
+    best_bytes_ = std::max(best_bytes_, b.bytes);
+    if (2 * b.busy_us >= bin_us_) {
+      best_busy_bps_ = std::max(best_busy_bps_, b.bytes * 8 * 1'000'000 / b.busy_us);
+    }
+  }
 }
 
 void IngressRate::OnBytes(uint64_t now_us, uint64_t bytes) {
@@ -78,19 +88,12 @@ void IngressRate::OnBytes(uint64_t now_us, uint64_t bytes) {
 
 uint64_t IngressRate::rate_bps(uint64_t now_us) {
   Roll(now_us);
-  uint64_t best = 0;
-  for (const Bin& b : done_) best = std::max(best, b.bytes);
-  return best * 8 * 1'000'000 / bin_us_;
+  return best_bytes_ * 8 * 1'000'000 / bin_us_;
 }
 
 uint64_t IngressRate::busy_rate_bps(uint64_t now_us) {
   Roll(now_us);
-  uint64_t best = 0;
-  for (const Bin& b : done_) {
-    if (2 * b.busy_us < bin_us_) continue;
-    best = std::max(best, b.bytes * 8 * 1'000'000 / b.busy_us);
-  }
-  return best;
+  return best_busy_bps_;
 }
 
 uint64_t DeadlineUs(const EarlyCloseConfig& c, uint64_t max_lt_us) {

@@ -127,6 +127,8 @@ class IngressRate {
   uint64_t bin_busy_us_ = 0;
   uint64_t last_us_ = 0;  // last arrival
   std::deque<Bin> done_;
+  uint64_t best_bytes_ = 0;     // most bytes of a bin in done_
+  uint64_t best_busy_bps_ = 0;  // busy_rate_bps over done_
 };
 
 // A single peer's recent rate, for the fair share (congestion.h,

@@ -622,7 +622,7 @@ void Endpoint::Impl::EmitAcks(uint64_t now) {
       Header h = batch.about;
       h.seq = batch.seqs[i];
       h.btlbw_kbps = static_cast<uint32_t>(share_kbps);
-      h.flags &= static_cast<uint8_t>(~kFlagAckPrefix);
+      h.flags = 0;  // QueueControl keeps only kFlagAckPrefix of an ACK's flags
       if (prefix > 0) {
         h.flags |= kFlagAckPrefix;
         h.chunk_offset = prefix;
