@@ -11,6 +11,7 @@ constexpr double kCwndGain = 2.0;
 constexpr double kCycleGains[] = {1.25, 0.75, 1, 1, 1, 1, 1, 1};
 constexpr double kCapStartupGain = 1.25;  // startup under a fair-share cap: probe, do not flood
 constexpr double kCapHeadroom = 1.25;     // after startup: the cap's ceiling over the share
+constexpr double kCapFloorRatio = 1.25;   // a share this far over BtlBw is paced at (room)
 // After startup the standing-queue response waits until a round sees
 // RTprop again (startup's own queue has drained), or this many rounds.
 constexpr uint32_t kArmRounds = 16;
@@ -126,16 +127,21 @@ void CongestionControl::SetRateCap(uint64_t bps) {
   const bool lifted = bps == 0 && rate_cap_bps_ > 0;
   rate_cap_bps_ = bps;
   round_cap_min_ = std::min(round_cap_min_, bps == 0 ? UINT64_MAX : bps);
-  if (lifted) MaybeRestart(false);
+  if (lifted) MaybeRestart(RestartCause::kLifted);
 }
 
-void CongestionControl::OnIdleRestart() { MaybeRestart(true); }
+void CongestionControl::OnIdleRestart() { MaybeRestart(RestartCause::kIdle); }
 
 // Room (congestion.h): back to startup, from the current BtlBw.
-void CongestionControl::MaybeRestart(bool idle) {
+void CongestionControl::MaybeRestart(RestartCause cause) {
   if (!config_.room_restart || startup_ || btlbw_bps_ == 0) return;
-  if (!idle && rounds_ < startup_exit_round_ + restart_wait_rounds_) return;
-  if (idle) restart_wait_rounds_ = kRestartRounds;
+  // A lifted cap comes once per transfer (the flow outlived the others):
+  // it waits one gain cycle, not the backoff of fruitless room restarts
+  // (shares that wobble mid-transfer doubled it to seconds, and the last
+  // flow of a push then crawled at its old share on an idle link).
+  const uint64_t wait = cause == RestartCause::kLifted ? kCycleLength : restart_wait_rounds_;
+  if (cause != RestartCause::kIdle && rounds_ < startup_exit_round_ + wait) return;
+  if (cause == RestartCause::kIdle) restart_wait_rounds_ = kRestartRounds;
   startup_ = true;
   restart_from_bps_ = btlbw_bps_;
   full_bw_ = btlbw_bps_;
@@ -228,7 +234,7 @@ void CongestionControl::EndRound(uint64_t now_us) {
   round_lost_packets_ = 0;
   round_loss_inflight_ = 0;
   round_min_rtt_us_ = UINT32_MAX;
-  if (room_rounds_ >= kRoomRounds) MaybeRestart(false);
+  if (room_rounds_ >= kRoomRounds) MaybeRestart(RestartCause::kRoom);
 }
 
 uint64_t CongestionControl::pacing_rate_bps() const {
@@ -248,6 +254,18 @@ uint64_t CongestionControl::pacing_rate_bps() const {
     const double cap_gain =
         startup_ ? (restart_from_bps_ > 0 ? 1.0 : kCapStartupGain) : kCapHeadroom;
     rate = std::min(rate, static_cast<uint64_t>(cap_gain * static_cast<double>(rate_cap_bps_)));
+    // The share as a floor: the receiver's word that there is room. When
+    // the others finish, the gain cycle's one 1.25 probe per 8 rounds took
+    // the last flows of a push from a 1/8 share to the link in ~1 s while
+    // the link idled. Not after congestion (inflight_hi set): a flow whose
+    // own path is slower than its share finds it by loss and stays under
+    // it until inflight_hi grows back. Several flows lifted at once
+    // overshoot by at most their cwnd (2 x BDP at the old BtlBw), and the
+    // shares, measured from their new rates, come back to an even split.
+    if (!startup_ && inflight_hi_ == UINT64_MAX &&
+        double(rate_cap_bps_) >= kCapFloorRatio * double(btlbw_bps_)) {
+      rate = std::max(rate, rate_cap_bps_);
+    }
   }
   return std::clamp<uint64_t>(rate, 1'000'000, config_.rate_bps_max);
 }

@@ -230,7 +230,8 @@ class CongestionControl {
 
   uint64_t ModelCwnd() const;
   void ExitStartup(uint64_t now_us);
-  void MaybeRestart(bool idle);
+  enum class RestartCause { kIdle, kLifted, kRoom };
+  void MaybeRestart(RestartCause cause);
   void EndRound(uint64_t now_us);
 };
 

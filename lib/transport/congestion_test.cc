@@ -89,9 +89,10 @@ TEST_CASE("estimates converge to the path's bandwidth and RTT", "[congestion]") 
 }
 
 // Room: a flow that ran under a 1/8 share and is then alone (the cap is
-// lifted) or one of two (the cap rises to half the link) fills the room in
-// a few rounds, not the 1.25-per-cycle probing's ~10 cycles.
-TEST_CASE("a fair-share cap that rises sends the flow back to startup", "[congestion]") {
+// lifted: back to startup) or one of two (the cap rises to half the link:
+// paced at the share, its floor) fills the room in a few rounds, not the
+// 1.25-per-cycle probing's ~10 cycles.
+TEST_CASE("a fair-share cap that rises or is lifted fills the room", "[congestion]") {
   const bool lifted = GENERATE(true, false);
   CongestionConfig c;
   c.cwnd_packets_min = 8;
@@ -107,7 +108,7 @@ TEST_CASE("a fair-share cap that rises sends the flow back to startup", "[conges
   const uint64_t took_us = sender.RunUntilBtlBw(target, 3'000'000);
   INFO("reached " << cc.btlbw_bps() << " after " << took_us << " us");
   CHECK(took_us < 300'000);  // 15 RTTs; the probe cycle alone needs > 1.4 s
-  CHECK(cc.startup_restarts() == 1);
+  CHECK(cc.startup_restarts() == (lifted ? 1u : 0u));
   sender.RunUntil(sender.now + 2'000'000);
   CHECK(!cc.in_startup());
   if (lifted) {
@@ -122,6 +123,35 @@ TEST_CASE("a fair-share cap that rises sends the flow back to startup", "[conges
   cc.SetRateCap(40'000'000);
   cc.SetRateCap(45'000'000);
   CHECK(cc.startup_restarts() == before);
+}
+
+// A flow whose own path (20 Mbit/s) is slower than its share (50) has its
+// room restarts come to nothing, and each doubles the wait for the next.
+// When the others finish and the cap is lifted, that wait does not apply:
+// one gain cycle after its last startup the flow restarts.
+TEST_CASE("a lifted cap restarts the flow despite fruitless room restarts", "[congestion]") {
+  CongestionConfig c;
+  c.cwnd_packets_min = 8;
+  CongestionControl cc(c);
+  Sender sender{cc, Path{20'000'000, 20'000}};
+  cc.SetRateCap(50'000'000);
+  sender.RunUntil(6'000'000);
+  INFO("btlbw " << cc.btlbw_bps() << " restarts " << cc.startup_restarts());
+  REQUIRE(cc.startup_restarts() >= 2);  // fruitless: the wait doubled
+  CHECK(cc.btlbw_bps() < 25'000'000);
+  // Just after a room restart ended: ~16 rounds (> one gain cycle, < the
+  // 24-round minimum between room restarts; a round is ~40 ms here, RTprop
+  // plus the queue of a 2 x BDP window).
+  const uint64_t before = cc.startup_restarts();
+  while (cc.startup_restarts() == before && sender.now < 60'000'000) {
+    sender.RunUntil(sender.now + 1000);
+  }
+  REQUIRE(cc.startup_restarts() == before + 1);
+  while (cc.in_startup()) sender.RunUntil(sender.now + 1000);
+  sender.RunUntil(sender.now + 16 * 40'000);
+  cc.SetRateCap(0);
+  CHECK(cc.in_startup());
+  CHECK(cc.startup_restarts() == before + 2);
 }
 
 TEST_CASE("a flow after an idle gap restarts from its old estimate", "[congestion]") {

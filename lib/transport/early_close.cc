@@ -68,13 +68,26 @@ void IngressRate::Roll(uint64_t now_us) {
   // The maxima change only here (once per bin): the rates are read on
   // every send and ACK batch.
   best_bytes_ = 0;
-  best_busy_bps_ = 0;
+  link_bps_ = 0;
+  uint64_t span_bytes = 0, span_bins = 0, span_end_us = 0;
+  auto end_span = [&] {
+    if (span_bins >= 2) {
+      link_bps_ = std::max(link_bps_, span_bytes * 8 * 1'000'000 / (span_bins * bin_us_));
+    }
+    span_bytes = span_bins = 0;
+  };
   for (const Bin& b : done_) {
     best_bytes_ = std::max(best_bytes_, b.bytes);
-    if (2 * b.busy_us >= bin_us_) {
-      best_busy_bps_ = std::max(best_busy_bps_, b.bytes * 8 * 1'000'000 / b.busy_us);
+    if (span_bins > 0 && b.start_us != span_end_us) end_span();  // idle bins between
+    if (2 * b.busy_us < bin_us_) {
+      end_span();
+      continue;
     }
+    span_bytes += b.bytes;
+    span_end_us = b.start_us + bin_us_;
+    if (++span_bins == kSpanBins) end_span();
   }
+  end_span();
 }
 
 void IngressRate::OnBytes(uint64_t now_us, uint64_t bytes) {
@@ -91,9 +104,9 @@ uint64_t IngressRate::rate_bps(uint64_t now_us) {
   return best_bytes_ * 8 * 1'000'000 / bin_us_;
 }
 
-uint64_t IngressRate::busy_rate_bps(uint64_t now_us) {
+uint64_t IngressRate::link_rate_bps(uint64_t now_us) {
   Roll(now_us);
-  return best_busy_bps_;
+  return link_bps_;
 }
 
 uint64_t DeadlineUs(const EarlyCloseConfig& c, uint64_t max_lt_us) {

@@ -115,20 +115,53 @@ TEST_CASE("shared-link LT: all open bytes over the ingress rate", "[early_close]
   CHECK(SharedLtUs(c, 20'000, 8 * 21'000'000ull, 100'000'000) == 0);
 }
 
-// The shares' capacity counts busy time only: bursts (a 1 MB push in 2 ms
-// every 200 ms, as training over loopback) give no capacity at all rather
-// than their 40 Mbit/s average, and a link busy all the time reads its rate.
-TEST_CASE("busy rate: bursts give no capacity, a busy link its rate", "[early_close]") {
+// The link rate counts busy bins only: bursts (a 1 MB push in 2 ms every
+// 200 ms, as training over loopback) give no capacity at all rather than
+// their 40 Mbit/s average, and a link busy all the time reads its rate.
+TEST_CASE("link rate: bursts give no capacity, a busy link its rate", "[early_close]") {
   IngressRate bursts, busy;
   for (uint64_t t = 1; t < 3'000'000; t += 200'000) {
     for (uint64_t k = 0; k < 700; ++k) bursts.OnBytes(t + k * 3, 1400);  // 2.1 ms
   }
   CHECK(bursts.rate_bps(3'000'000) > 10'000'000);
-  CHECK(bursts.busy_rate_bps(3'000'000) == 0);
+  CHECK(bursts.link_rate_bps(3'000'000) == 0);
   for (uint64_t t = 1; t < 3'000'000; t += 112) busy.OnBytes(t, 1400);  // 100 Mbit/s
-  const uint64_t r = busy.busy_rate_bps(3'000'000);
+  const uint64_t r = busy.link_rate_bps(3'000'000);
   CHECK(r > 95'000'000);
   CHECK(r < 105'000'000);
+}
+
+// A 100 Mbit/s link whose packets reach the receiver in bunches: every
+// second, 60 ms of packets wait (a descheduled reader) and arrive in 1 ms.
+// The bins holding a catch-up read 112 Mbit/s and the max takes that for
+// the link; a busy span holds the stall and its catch-up and reads the
+// link. Before any busy span the rate is unknown (0), and it is forgotten
+// after the window.
+TEST_CASE("link rate: busy spans, not bunched arrivals", "[early_close]") {
+  IngressRate in;  // 500 ms bins, 60 s window
+  CHECK(in.link_rate_bps(1) == 0);
+  uint64_t t = 1'000'000;
+  for (int push = 0; push < 3; ++push) {
+    const uint64_t end = t + 10'000'000;  // a 10 s push...
+    uint64_t next_stall = t + 700'000;
+    while (t < end) {
+      if (t >= next_stall) {
+        // 60 ms of packets (536 x 1400 B at 112 us) arrive within 1 ms.
+        for (int k = 0; k < 536; ++k) in.OnBytes(t + 60'000 + k, 1400);
+        t += 60'000 + 536;
+        next_stall += 1'000'000;
+        continue;
+      }
+      in.OnBytes(t, 1400);
+      t += 112;
+    }
+    t += 4'250'000;  // ...then 4.25 s of compute
+  }
+  CHECK(in.rate_bps(t) > 108'000'000);  // the max reads the bunches
+  const uint64_t r = in.link_rate_bps(t);
+  CHECK(r > 97'000'000);
+  CHECK(r < 103'000'000);
+  CHECK(in.link_rate_bps(t + 61'000'000) == 0);  // forgotten after the window
 }
 
 }  // namespace

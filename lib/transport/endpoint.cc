@@ -572,7 +572,7 @@ uint64_t Endpoint::Impl::IngressShareBps(uint64_t now) {
     share_rates.push_back(now - start < kShareWindowUs ? UINT64_MAX
                                                        : links[p].recent.rate_bps(now));
   }
-  return FairShareBps(ingress.busy_rate_bps(now), share_rates);
+  return FairShareBps(ingress.link_rate_bps(now), share_rates);
 }
 
 // The same on the sending side over this endpoint's egress (bytes
@@ -586,7 +586,7 @@ void Endpoint::Impl::SetRateCaps(uint64_t now) {
     share_rates.push_back(now - ps->active_since_us < kShareWindowUs ? UINT64_MAX
                                                                      : ps->acked.rate_bps(now));
   }
-  const uint64_t egress_share = FairShareBps(egress.busy_rate_bps(now), share_rates);
+  const uint64_t egress_share = FairShareBps(egress.link_rate_bps(now), share_rates);
   for (auto& [peer, ps] : peers) {
     if (ps->flows.empty()) continue;
     uint64_t cap = ps->receiver_share_bps;
@@ -718,7 +718,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
         f.shared_bytes += uint64_t(g.total - g.received) * g.packet_bytes;
         g.shared_bytes += bytes;
       }
-      f.lt_us = FlowLt(links[from], f, ingress.rate_bps(now));
+      f.lt_us = FlowLt(links[from], f, ingress.link_rate_bps(now));
       next_threshold_us = 0;  // the shared deadline: computed this turn
     }
     it = recv.emplace(key, std::move(f)).first;
@@ -805,7 +805,7 @@ uint64_t Endpoint::Impl::CheckEarlyClose(uint64_t now) {
   // every receiving link: max(LT) + C.
   uint64_t max_lt = 0;
   bool any = false;
-  const uint64_t ingress_bps = ingress.rate_bps(now);
+  const uint64_t ingress_bps = ingress.link_rate_bps(now);
   for (auto& [key, f] : recv) {
     if (!f.lossy) continue;
     any = true;
@@ -1202,7 +1202,7 @@ void Endpoint::Impl::Publish() {
     s.startup_restarts += ps->cc.startup_restarts();
   }
   for (auto& [peer, link] : links) s.links.push_back(link.estimate);
-  s.ingress_bps = ingress.rate_bps(NowUs());
+  s.ingress_bps = ingress.link_rate_bps(NowUs());
   absl::MutexLock lock(&mu);
   published = std::move(s);
 }
