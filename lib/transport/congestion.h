@@ -41,7 +41,8 @@
 // several flows share one bottleneck, each one's max-filtered BtlBw reads
 // the moments the others backed off, so their pacing rates add up to
 // several times the bottleneck. The endpoint measures the shared link's
-// capacity C (its windowed-max ingress, or its own egress) and each flow's
+// capacity C (the rate of its ingress's busy spans, or of its egress's:
+// IngressRate::link_rate_bps) and each flow's
 // recent rate r_i, and sets the cap to the max-min fair level R
 // (FairShareBps: sum of min(r_i, R) = C). A flow slower than R for its own
 // reasons (a slow access link) keeps its rate, and what it leaves goes to
@@ -51,6 +52,10 @@
 // and a cap at R itself (times the phase's gain, as this was first) held
 // them at a share of an underestimate (psd's pull at 68 Mbit/s of 100 on
 // the testbed, once pacing was right); the headroom lets probes lift C.
+// R is also a floor: after startup, with no congestion cut in force
+// (inflight_hi), a flow whose R is 1.25 x its BtlBw or more paces at R.
+// When the other pushes end, the last flows otherwise climbed from a 1/8
+// share by the gain cycle alone while the link idled.
 //
 // Room (ours). The max-filtered BtlBw only grows by the 1.25 probe once
 // per 8-round gain cycle: a flow that ran at a 1/8 share and is now alone
@@ -64,11 +69,13 @@
 // gap (BtlBw is old), the flow goes back to startup (doubling per round,
 // paced under the cap itself: the others are at theirs) and forgets its congestion cap
 // (inflight_hi): within a few rounds it either fills its share or finds
-// its own path's limit and leaves startup as usual. Cap-driven restarts
-// come at most once per 24 rounds after startup, and a restart that found
-// no room (BtlBw grew < 25%) doubles that wait (up to 1536 rounds): a flow
-// held back by its own access link, whose cap stays high, does not keep
-// overshooting it.
+// its own path's limit and leaves startup as usual. Room restarts come at
+// most once per 24 rounds after startup, and a restart that found no room
+// (BtlBw grew < 25%) doubles that wait (up to 1536 rounds): a flow held
+// back by its own access link, whose cap stays high, does not keep
+// overshooting it. A lifted cap waits one gain cycle only: it comes once
+// per transfer, and the doubled wait had kept the last flow of a push at
+// its old share for seconds.
 //
 // Spurious losses (ours, as TCP's Eifel/F-RTO undo): a packet declared
 // lost whose ACK then arrives before it was resent, or sooner than half an

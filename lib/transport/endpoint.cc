@@ -252,7 +252,7 @@ struct Endpoint::Impl {
   absl::flat_hash_map<RecvKey, RecvFlow> recv;
   absl::flat_hash_map<RecvKey, StopInfo> closed;  // how each remembered flow closed
   absl::flat_hash_map<Peer, RecvLink> links;
-  IngressRate ingress;  // data bytes received, all flows (shared-link LT)
+  IngressRate ingress;  // data bytes received, all flows (shared-link LT, ingress share)
   IngressRate egress;   // data bytes acknowledged, all peers (egress share)
   absl::flat_hash_map<Peer, uint64_t> share_peers;  // IngressShareBps's scratch: first start
   std::vector<uint64_t> share_rates;                // IngressShareBps's and SetRateCaps' scratch
@@ -553,6 +553,15 @@ void Endpoint::Impl::QueueAck(const Peer& to, const Header& about, uint64_t now,
   next_ack_us = std::min(next_ack_us, b.due_us);
 }
 
+// A peer's rate for FairShareBps. One that began sending within the rate
+// window has not shown a rate yet: it counts as able to take a full
+// share, not as a slow one (else the first share it hears is the link).
+namespace {
+uint64_t ShareRate(IngressRate& recent, uint64_t active_since_us, uint64_t now) {
+  return now - active_since_us < kShareWindowUs ? UINT64_MAX : recent.rate_bps(now);
+}
+}  // namespace
+
 // The max-min fair share of this endpoint's ingress among the peers
 // sending to it now (FairShareBps over their recent rates; 0 with fewer
 // than two): ACKs carry it in btlbw_kbps, and the senders cap their pacing
@@ -566,11 +575,7 @@ uint64_t Endpoint::Impl::IngressShareBps(uint64_t now) {
   if (share_peers.size() < 2) return 0;
   share_rates.clear();
   for (const auto& [p, start] : share_peers) {
-    // A peer that began sending within the rate window has not shown a
-    // rate yet: count it as able to take a full share, not as a slow one
-    // (else the first share it hears is the whole link).
-    share_rates.push_back(now - start < kShareWindowUs ? UINT64_MAX
-                                                       : links[p].recent.rate_bps(now));
+    share_rates.push_back(ShareRate(links[p].recent, start, now));
   }
   return FairShareBps(ingress.link_rate_bps(now), share_rates);
 }
@@ -583,8 +588,7 @@ void Endpoint::Impl::SetRateCaps(uint64_t now) {
   share_rates.clear();
   for (auto& [peer, ps] : peers) {
     if (ps->flows.empty()) continue;
-    share_rates.push_back(now - ps->active_since_us < kShareWindowUs ? UINT64_MAX
-                                                                     : ps->acked.rate_bps(now));
+    share_rates.push_back(ShareRate(ps->acked, ps->active_since_us, now));
   }
   const uint64_t egress_share = FairShareBps(egress.link_rate_bps(now), share_rates);
   for (auto& [peer, ps] : peers) {
