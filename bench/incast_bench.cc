@@ -58,6 +58,7 @@ struct Flags {
   int64_t ack_every = -1;   // < 0: the endpoint's default
   int64_t room = -1;        // congestion room_restart: 0 off, 1 on, < 0 default
   int64_t ack_prefix = -1;  // ACKs carry the prefix: 0 off, 1 on, < 0 default
+  int64_t ack_echo = -1;    // ACKs repeat the previous ACK: 0 off, 1 on, < 0 default
 };
 
 [[noreturn]] void Usage(const std::string& why) {
@@ -68,8 +69,8 @@ struct Flags {
                "  --transport=ltp|reliable|tcp [--tcp_cc=cubic|bbr] --model_mb=21 "
                "--iterations=4\n"
                "  --ltp_slack_ms=30 --ltp_min_delivered=0.8 --seconds=5 --trace=false\n"
-               "  --ack_every=16 --room=1 --ack_prefix=1 (A/B of the endpoint's delayed ACKs,\n"
-               "  room restarts, ACK prefix)\n",
+               "  --ack_every=16 --room=1 --ack_prefix=1 --ack_echo=1 (A/B of the endpoint's\n"
+               "  delayed ACKs, room restarts, ACK prefix, ACK echo)\n",
                why.c_str());
   std::exit(2);
 }
@@ -110,6 +111,8 @@ Flags Parse(int argc, char** argv) {
       ok = absl::SimpleAtoi(v, &f.room) && (f.room == 0 || f.room == 1);
     } else if (k == "ack_prefix") {
       ok = absl::SimpleAtoi(v, &f.ack_prefix) && (f.ack_prefix == 0 || f.ack_prefix == 1);
+    } else if (k == "ack_echo") {
+      ok = absl::SimpleAtoi(v, &f.ack_echo) && (f.ack_echo == 0 || f.ack_echo == 1);
     } else if (k == "trace") {
       ok = absl::SimpleAtob(v, &f.trace);
     } else {
@@ -159,6 +162,7 @@ transport::EndpointConfig EndpointFor(const Flags& f) {
   if (f.ack_every >= 1) c.ack_every = uint32_t(f.ack_every);
   if (f.room >= 0) c.congestion.room_restart = f.room == 1;
   if (f.ack_prefix >= 0) c.ack_prefix = f.ack_prefix == 1;
+  if (f.ack_echo >= 0) c.ack_echo = f.ack_echo == 1;
   return c;
 }
 

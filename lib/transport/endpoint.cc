@@ -28,6 +28,7 @@ uint64_t NowUs() {
 }
 
 constexpr uint32_t kFlowPacketsMax = 1u << 24;  // 16 M packets (~22 GB at 1400 B)
+constexpr size_t kAckEchoMax = 64;              // seqs an ACK repeats (ack_echo)
 
 }  // namespace
 
@@ -182,6 +183,7 @@ struct RecvFlow {
   uint64_t start_us = 0;               // first packet's arrival
   uint32_t critical_end = UINT32_MAX;  // seq flagged kFlagCriticalEnd, once seen
   uint32_t prefix = 0;                 // seqs [0, prefix) all received (ACK prefix)
+  std::vector<uint32_t> ack_echo;      // the last ACK's fresh seqs, repeated in the next
   bool first_pass_done = false;        // the sender sent every packet once
   uint32_t rtprop_us = 0;              // sender's latest estimates
   uint64_t btlbw_bps = 0;
@@ -611,15 +613,27 @@ void Endpoint::Impl::EmitAcks(uint64_t now) {
       ++it;
       continue;
     }
+    auto open = recv.find(key);
     // The flow's prefix as it is now (a flow that completed: all of it).
     uint32_t prefix = 0;
     if (config.ack_prefix) {
-      if (auto r = recv.find(key); r != recv.end()) {
-        prefix = r->second.prefix;
+      if (open != recv.end()) {
+        prefix = open->second.prefix;
       } else if (auto c = closed.find(key);
                  c != closed.end() && c->second.reason == CloseReason::kComplete) {
         prefix = batch.about.total_packets;
       }
+    }
+    if (config.ack_echo && open != recv.end()) {
+      // The previous ACK's seqs again (those the prefix does not cover): a
+      // lost ACK datagram is answered by the next one.
+      std::vector<uint32_t>& echo = open->second.ack_echo;
+      const size_t fresh = batch.seqs.size();
+      for (uint32_t seq : echo) {
+        if (seq >= prefix) batch.seqs.push_back(seq);
+      }
+      echo.assign(batch.seqs.begin() + (fresh > kAckEchoMax ? fresh - kAckEchoMax : 0),
+                  batch.seqs.begin() + fresh);
     }
     for (size_t i = 0; i < batch.seqs.size(); i += 1 + kAckSeqsMax) {
       const size_t extra = std::min(kAckSeqsMax, batch.seqs.size() - i - 1);

@@ -102,6 +102,14 @@ struct EndpointConfig {
   // next pushes: without the prefix each lost ACK read as up to 17 lost
   // packets and held the last pull flow at a 16-packet window.
   bool ack_prefix = true;
+  // Every ACK also repeats the seqs of the flow's previous ACK (up to 64)
+  // that its prefix does not cover. The prefix stops at the flow's first
+  // hole, and a loss-tolerant flow's holes stay open until its
+  // retransmission queue runs at the end (a reliable one's for an RTT or
+  // more): behind a hole a lost ACK read as lost data again. At 1% loss
+  // both ways that was 3.4% of the packets, 85% of psd's losses on the
+  // 50 ms testbed, and each congestion round cut the window.
+  bool ack_echo = true;
   CongestionConfig congestion;
   ImpairmentConfig impairment;
   EarlyCloseConfig early_close;  // for loss-tolerant flows this endpoint receives
