@@ -933,7 +933,7 @@ bool Endpoint::Impl::AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t n
   egress.OnBytes(now, bytes);
   ps.acked.OnBytes(now, bytes);
   if (!sample.retransmitted && now >= sample.sent_us) {
-    const double rtt = double(now - st.sample.sent_us);
+    const double rtt = double(now - sample.sent_us);
     if (ps.srtt_us == 0) {
       ps.srtt_us = rtt;
       ps.rttvar_us = rtt / 2;
