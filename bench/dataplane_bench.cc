@@ -107,7 +107,7 @@ double RawGoodputGbps(size_t bytes_each, int senders, uint32_t packet_bytes, boo
 class Sink : public Receiver {
  public:
   explicit Sink(size_t floats) : buf_(floats) {}
-  bool AcceptFlow(const Peer&, const Header&) override { return true; }
+  DropReason AcceptFlow(const Peer&, const Header&) override { return DropReason::kNone; }
   void OnData(const Peer&, const Header& h, const uint8_t* p) override {
     const size_t at = (size_t(h.chunk_id) * kChunk + h.chunk_offset) % (buf_.size() - 20000);
     std::memcpy(buf_.data() + at, p, h.payload_bytes);

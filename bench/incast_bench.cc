@@ -289,9 +289,11 @@ int RunServer(const Flags& f) {
 class Pulls : public transport::Receiver {
  public:
   Pulls(transport::Peer server, size_t floats) : server_(server), params_(floats) {}
-  bool AcceptFlow(const transport::Peer& from, const transport::Header& h) override {
+  transport::DropReason AcceptFlow(const transport::Peer& from,
+                                   const transport::Header& h) override {
     absl::MutexLock lock(&mu_);
-    return from == server_ && int64_t(h.iteration) > complete_;
+    return from == server_ && int64_t(h.iteration) > complete_ ? transport::DropReason::kNone
+                                                                : transport::DropReason::kUnexpected;
   }
   void OnData(const transport::Peer&, const transport::Header& h, const uint8_t* p) override {
     const size_t at = size_t(h.chunk_id) * kChunkFloats + h.chunk_offset;

@@ -23,6 +23,14 @@ void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* c) {
                "Send runs of equal-sized datagrams with UDP GSO (off where a shaper or filter on "
                "this host must see each datagram before the device segments it).");
   schema->Bool("data_gro", &c->data_gro, "Receive coalesced runs of datagrams with UDP GRO.");
+  schema->Int("data_recv_peer_bytes_max", &c->data_recv_peer_bytes_max,
+              "Receive state (open flows, TCP buffers) one peer can make this node hold; past it "
+              "its datagrams are dropped as over_budget.",
+              1 << 20, int64_t(1) << 40);
+  schema->Int("data_recv_bytes_max", &c->data_recv_bytes_max,
+              "Receive state all peers together can make this node hold (at least "
+              "data_recv_peer_bytes_max); past it datagrams are dropped as over_budget.",
+              1 << 20, int64_t(1) << 40);
   schema->Bool("data_tcp", &c->data_tcp,
                "Also accept kernel-TCP data flows (jobs with transport: tcp) on the data port.");
 }
@@ -38,6 +46,13 @@ absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
   ec.socket_buffer_bytes = static_cast<size_t>(c.data_socket_buffer_bytes);
   ec.gso = c.data_gso;
   ec.gro = c.data_gro;
+  ec.recv_peer_bytes_max = uint64_t(c.data_recv_peer_bytes_max);
+  ec.recv_bytes_max = uint64_t(c.data_recv_bytes_max);
+  if (ec.recv_bytes_max < ec.recv_peer_bytes_max) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data_recv_bytes_max (", c.data_recv_bytes_max, ") is below data_recv_peer_bytes_max (",
+        c.data_recv_peer_bytes_max, ")"));
+  }
   HostPort advertised = bind;
   if (bind.IsWildcard()) {
     // Peers need a numeric IPv4 address: resolve advertise_host, or this

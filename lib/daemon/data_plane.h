@@ -25,6 +25,9 @@ struct DataPlaneConfig {
   bool data_gso = true;  // UDP_SEGMENT on send (udp_socket.h)
   bool data_gro = true;  // UDP_GRO on receive
   bool data_tcp = true;  // also listen for kernel-TCP flows (transport: tcp) on the same port
+  // Receive memory senders can make the node hold (recv_budget.h).
+  int64_t data_recv_peer_bytes_max = 64ll << 20;
+  int64_t data_recv_bytes_max = 256ll << 20;
 };
 
 void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* config);

@@ -73,9 +73,14 @@ void BspWorker::SetServers(const std::vector<Peer>& servers) {
   servers_ = servers;
   complete_.assign(servers.size(), -1);
   receiving_.assign(servers.size(), -1);
+  pull_packets_.assign(servers.size(), 0);
   if (!servers.empty()) {
     auto map = ps::ChunkMap::EvenSplit(*layout_, static_cast<uint32_t>(servers.size()), 1);
     map_ = std::make_unique<ps::ChunkMap>(*map);
+    for (uint32_t s = 0; s < servers.size(); ++s) {
+      pull_packets_[s] = ps::PacketsForChunks(*layout_, map_->ChunksOf(s),
+                                              config_.endpoint.payload_floats());
+    }
   }
   arrived_.SignalAll();
 }
@@ -87,12 +92,20 @@ int BspWorker::ServerIndex(const Peer& p) const {
   return -1;
 }
 
-bool BspWorker::AcceptFlow(const Peer& from, const Header& first) {
+transport::DropReason BspWorker::AcceptFlow(const Peer& from, const Header& first) {
   absl::MutexLock lock(&mu_);
   const int s = ServerIndex(from);
-  if (s < 0 || int64_t(first.iteration) <= complete_[s]) return false;
+  // Parameters come for iterations up to total_ (the final ones); a server
+  // sends exactly its chunks, cut at the job's packet size.
+  if (s < 0 || int64_t(first.iteration) <= complete_[s] || int64_t(first.iteration) > total_) {
+    return transport::DropReason::kUnexpected;
+  }
+  if (first.total_packets != pull_packets_[s] ||
+      first.payload_bytes > config_.endpoint.payload_floats() * sizeof(float)) {
+    return transport::DropReason::kBadFlowSize;
+  }
   receiving_[s] = first.iteration;
-  return true;
+  return transport::DropReason::kNone;
 }
 
 void BspWorker::OnData(const Peer& from, const Header& h, const uint8_t* payload) {

@@ -79,7 +79,8 @@ class BspWorker : public transport::Receiver {
   int64_t total_iterations() const { return total_; }
 
   // transport::Receiver (endpoint thread)
-  bool AcceptFlow(const transport::Peer& from, const transport::Header& first) override;
+  transport::DropReason AcceptFlow(const transport::Peer& from,
+                                   const transport::Header& first) override;
   void OnData(const transport::Peer& from, const transport::Header& h,
               const uint8_t* payload) override;
   void OnFlowDone(const transport::Peer& from, const transport::FlowResult& result) override;
@@ -109,6 +110,8 @@ class BspWorker : public transport::Receiver {
   // the iteration being received.
   std::vector<int64_t> complete_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> receiving_ ABSL_GUARDED_BY(mu_);
+  // Per server: total_packets of its parameter flows (its chunks).
+  std::vector<uint64_t> pull_packets_ ABSL_GUARDED_BY(mu_);
   uint64_t bad_packets_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

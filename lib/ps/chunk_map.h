@@ -76,6 +76,12 @@ class ChunkMap {
   std::vector<uint32_t> owners_;
 };
 
+// Packets a flow of these chunks has when each chunk is cut into packets of
+// at most payload_floats (transport::AppendPackets): what a receiver
+// expects a push or pull of them to declare in total_packets.
+uint64_t PacketsForChunks(const ChunkLayout& layout, const std::vector<uint32_t>& chunks,
+                          uint32_t payload_floats);
+
 }  // namespace ps
 }  // namespace hetps
 

@@ -46,6 +46,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
                       initial_params.begin() + ch.offset + ch.floats);
     s->floats_ += ch.floats;
   }
+  s->push_packets_ =
+      PacketsForChunks(layout, s->owned_, config.endpoint.payload_floats());
   s->aggregate_.resize(s->floats_);
   s->optimizer_ = std::make_unique<train::OptimizerState>(optimizer, s->floats_);
   if (shared != nullptr) {
@@ -138,13 +140,22 @@ void ShardServer::Broadcast(uint32_t iteration) {
   }
 }
 
-bool ShardServer::AcceptFlow(const Peer& from, const Header& first) {
+transport::DropReason ShardServer::AcceptFlow(const Peer& from, const Header& first) {
   absl::MutexLock lock(&mu_);
+  // A push is exactly our chunks cut at the job's packet size: anything
+  // else is refused before the endpoint sizes state from it.
+  if (first.total_packets != push_packets_ ||
+      first.payload_bytes > config_.endpoint.payload_floats() * sizeof(float)) {
+    return transport::DropReason::kBadFlowSize;
+  }
   auto slot = slots_.find(from);
   const bool ok = round_open_ && first.iteration == round_ && slot != slots_.end() &&
                   !slot->second.done && slot->second.have.empty();
-  if (!ok) ++stats_.stale_pushes;
-  return ok;
+  if (!ok) {
+    ++stats_.stale_pushes;
+    return transport::DropReason::kUnexpected;
+  }
+  return transport::DropReason::kNone;
 }
 
 void ShardServer::OnData(const Peer& from, const Header& h, const uint8_t* payload) {

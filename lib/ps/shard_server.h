@@ -99,7 +99,8 @@ class ShardServer : public transport::Receiver {
   const std::vector<uint32_t>& owned_chunks() const { return owned_; }
 
   // transport::Receiver (endpoint thread)
-  bool AcceptFlow(const transport::Peer& from, const transport::Header& first) override;
+  transport::DropReason AcceptFlow(const transport::Peer& from,
+                                   const transport::Header& first) override;
   void OnData(const transport::Peer& from, const transport::Header& h,
               const uint8_t* payload) override;
   void OnFlowDone(const transport::Peer& from, const transport::FlowResult& result) override;
@@ -116,6 +117,7 @@ class ShardServer : public transport::Receiver {
   std::vector<uint32_t> owned_;                  // chunk ids, ascending
   absl::flat_hash_map<uint32_t, size_t> local_;  // chunk id -> local offset
   size_t floats_ = 0;
+  uint64_t push_packets_ = 0;  // total_packets of every worker's push
   std::unique_ptr<transport::Transport> own_endpoint_;
   transport::Transport* endpoint_ = nullptr;  // own_endpoint_ or the shared one
   std::unique_ptr<train::OptimizerState> optimizer_;

@@ -13,6 +13,7 @@ namespace hetps {
 namespace ps {
 namespace {
 
+using transport::DropReason;
 using transport::Endpoint;
 using transport::EndpointConfig;
 using transport::FlowResult;
@@ -27,7 +28,9 @@ class ParamSink : public transport::Receiver {
   explicit ParamSink(size_t n, uint32_t chunk_floats) : chunk_floats_(chunk_floats) {
     for (auto& b : params_) b.assign(n, std::nanf(""));
   }
-  bool AcceptFlow(const Peer&, const Header& h) override { return h.iteration < 2; }
+  DropReason AcceptFlow(const Peer&, const Header& h) override {
+    return h.iteration < 2 ? DropReason::kNone : DropReason::kUnexpected;
+  }
   void OnData(const Peer&, const Header& h, const uint8_t* payload) override {
     absl::MutexLock lock(&mu_);
     std::memcpy(params_[h.iteration].data() + size_t(h.chunk_id) * chunk_floats_ + h.chunk_offset,

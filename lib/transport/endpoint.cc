@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
+#include "lib/transport/recv_budget.h"
 
 namespace hetps {
 namespace transport {
@@ -27,7 +28,6 @@ uint64_t NowUs() {
   return uint64_t(ts.tv_sec) * 1'000'000 + uint64_t(ts.tv_nsec) / 1000;
 }
 
-constexpr uint32_t kFlowPacketsMax = 1u << 24;  // 16 M packets (~22 GB at 1400 B)
 constexpr size_t kAckEchoMax = 64;              // seqs an ACK repeats (ack_echo)
 
 }  // namespace
@@ -173,6 +173,7 @@ struct RecvKey {
 };
 
 struct RecvFlow {
+  uint64_t charged = 0;  // bytes charged to the receive budget
   uint32_t total = 0;
   uint32_t received = 0;
   uint32_t iteration = 0;
@@ -228,6 +229,7 @@ struct Endpoint::Impl {
         session(c.session),
         early_close(c.early_close),
         early_close_shared(c.early_close),
+        budget(c.recv_peer_bytes_max, c.recv_bytes_max),
         rng(c.impairment.seed),
         flow_counter(std::random_device{}()) {}
 
@@ -252,6 +254,7 @@ struct Endpoint::Impl {
   absl::flat_hash_map<uint32_t, std::unique_ptr<SendFlow>> flows;
   absl::flat_hash_map<Peer, std::unique_ptr<PeerState>> peers;
   absl::flat_hash_map<RecvKey, RecvFlow> recv;
+  RecvBudget budget;  // what open receive flows hold, per peer and in total
   absl::flat_hash_map<RecvKey, StopInfo> closed;  // how each remembered flow closed
   absl::flat_hash_map<Peer, RecvLink> links;
   IngressRate ingress;  // data bytes received, all flows (shared-link LT, ingress share)
@@ -314,6 +317,9 @@ struct Endpoint::Impl {
   void ReleaseDelayed(uint64_t now);
   void FinishFlow(uint32_t flow_id, absl::Status s);
   void CloseRecv(const RecvKey& key, const StopInfo& how);
+  // Opens a receive flow for `h`'s first packet, or says why not.
+  DropReason OpenRecv(const RecvKey& key, const Header& h, uint64_t now);
+  void DropRecv(absl::flat_hash_map<RecvKey, RecvFlow>::iterator it);
   void GarbageCollect(uint64_t now);
   void Publish();
   PeerState& PeerFor(const Peer& p);
@@ -338,6 +344,12 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(const EndpointConfig&
   }
   if (config.ack_delay_max_us > 100'000) {
     return absl::InvalidArgumentError("data plane: ack_delay_max_us above 100000");
+  }
+  if (config.recv_peer_bytes_max < RecvFlowBytes(1) ||
+      config.recv_bytes_max < config.recv_peer_bytes_max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data plane: recv_peer_bytes_max must be at least ", RecvFlowBytes(1),
+                     " and at most recv_bytes_max"));
   }
   if (config.impairment.loss < 0 || config.impairment.loss > 1) {
     return absl::InvalidArgumentError("data plane: impairment loss outside [0, 1]");
@@ -714,32 +726,11 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
   }
   auto it = recv.find(key);
   if (it == recv.end()) {
-    if (receiver == nullptr || recv.size() >= config.recv_flows_max ||
-        !receiver->AcceptFlow(from, h)) {
-      ++stats.drops[size_t(DropReason::kUnexpected)];
+    if (DropReason why = OpenRecv(key, h, now); why != DropReason::kNone) {
+      ++stats.drops[size_t(why)];
       return;
     }
-    RecvFlow f;
-    f.total = h.total_packets;
-    f.iteration = h.iteration;
-    f.bitmap.assign((h.total_packets + 63) / 64, 0);
-    f.lossy = (h.flags & kFlagLossTolerant) != 0;
-    f.start_us = now;
-    f.packet_bytes = kHeaderBytes + h.payload_bytes;
-    if (f.lossy) {
-      f.rtprop_us = h.rtprop_us;
-      f.btlbw_bps = uint64_t(h.btlbw_kbps) * 1000;
-      const uint64_t bytes = uint64_t(f.total) * f.packet_bytes;
-      f.shared_bytes = bytes;
-      for (auto& [k, g] : recv) {
-        if (!g.lossy) continue;
-        f.shared_bytes += uint64_t(g.total - g.received) * g.packet_bytes;
-        g.shared_bytes += bytes;
-      }
-      f.lt_us = FlowLt(links[from], f, ingress.link_rate_bps(now));
-      next_threshold_us = 0;  // the shared deadline: computed this turn
-    }
-    it = recv.emplace(key, std::move(f)).first;
+    it = recv.find(key);
   }
   RecvFlow& f = it->second;
   if (h.total_packets != f.total || h.iteration != f.iteration ||
@@ -777,6 +768,44 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
     CloseFlow(key, now - f.start_us >= f.deadline_us ? CloseReason::kDeadline
                                                      : CloseReason::kEarlyFraction);
   }
+}
+
+DropReason Endpoint::Impl::OpenRecv(const RecvKey& key, const Header& h, uint64_t now) {
+  if (receiver == nullptr) return DropReason::kUnexpected;
+  // Bounded before anything is allocated from the header: the flow count,
+  // then the memory its size asks for (decoded total_packets is at most
+  // kFlowPacketsMax; sizes in 64 bits), then the receiver's own checks.
+  const uint64_t bytes = RecvFlowBytes(h.total_packets);
+  if (recv.size() >= config.recv_flows_max || !budget.Charge(key.peer, bytes)) {
+    return DropReason::kOverBudget;
+  }
+  if (DropReason why = receiver->AcceptFlow(key.peer, h); why != DropReason::kNone) {
+    budget.Release(key.peer, bytes);
+    return why;
+  }
+  RecvFlow f;
+  f.charged = bytes;
+  f.total = h.total_packets;
+  f.iteration = h.iteration;
+  f.bitmap.assign((uint64_t(h.total_packets) + 63) / 64, 0);
+  f.lossy = (h.flags & kFlagLossTolerant) != 0;
+  f.start_us = now;
+  f.packet_bytes = kHeaderBytes + h.payload_bytes;
+  if (f.lossy) {
+    f.rtprop_us = h.rtprop_us;
+    f.btlbw_bps = uint64_t(h.btlbw_kbps) * 1000;
+    const uint64_t flow_bytes = uint64_t(f.total) * f.packet_bytes;
+    f.shared_bytes = flow_bytes;
+    for (auto& [k, g] : recv) {
+      if (!g.lossy) continue;
+      f.shared_bytes += uint64_t(g.total - g.received) * g.packet_bytes;
+      g.shared_bytes += flow_bytes;
+    }
+    f.lt_us = FlowLt(links[key.peer], f, ingress.link_rate_bps(now));
+    next_threshold_us = 0;  // the shared deadline: computed this turn
+  }
+  recv.emplace(key, std::move(f));
+  return DropReason::kNone;
 }
 
 void Endpoint::Impl::QueueStop(const Peer& to, const Header& about, const StopInfo& how) {
@@ -871,8 +900,13 @@ uint64_t Endpoint::Impl::FlowLt(const RecvLink& link, const RecvFlow& f,
   return std::max(lt, SharedLtUs(early_close, f.rtprop_us, f.shared_bytes, ingress_bps));
 }
 
+void Endpoint::Impl::DropRecv(absl::flat_hash_map<RecvKey, RecvFlow>::iterator it) {
+  budget.Release(it->first.peer, it->second.charged);
+  recv.erase(it);
+}
+
 void Endpoint::Impl::CloseRecv(const RecvKey& key, const StopInfo& how) {
-  recv.erase(key);
+  if (auto it = recv.find(key); it != recv.end()) DropRecv(it);
   if (closed.insert({key, how}).second) closed_order.push_back(key);
   while (closed_order.size() > config.closed_flows_remembered) {
     closed.erase(closed_order.front());
@@ -1201,7 +1235,7 @@ void Endpoint::Impl::GarbageCollect(uint64_t now) {
   const uint64_t idle_us = uint64_t(config.recv_flow_idle_ms) * 1000;
   for (auto it = recv.begin(); it != recv.end();) {
     if (now > it->second.last_us + idle_us) {
-      recv.erase(it++);
+      DropRecv(it++);
     } else {
       ++it;
     }
@@ -1221,6 +1255,7 @@ void Endpoint::Impl::Publish() {
   }
   for (auto& [peer, link] : links) s.links.push_back(link.estimate);
   s.ingress_bps = ingress.link_rate_bps(NowUs());
+  s.recv_state_bytes = budget.total();
   absl::MutexLock lock(&mu);
   published = std::move(s);
 }

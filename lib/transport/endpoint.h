@@ -76,6 +76,11 @@ struct EndpointConfig {
   bool gro = true;
   uint32_t send_flows_max = 4096;
   uint32_t recv_flows_max = 4096;
+  // Memory senders can make this endpoint hold (open receive flows; TCP:
+  // connection buffers too), per sending peer and in total (recv_budget.h).
+  // A flow or frame past either is dropped and counted as over_budget.
+  uint64_t recv_peer_bytes_max = 64ull << 20;
+  uint64_t recv_bytes_max = 256ull << 20;
   uint32_t closed_flows_remembered = 16384;
   uint32_t rto_min_us = 20000;  // below this, scheduling hiccups fire spurious RTOs
   // Before the first RTT sample of a peer. Too short and every packet of the
@@ -191,9 +196,13 @@ struct FlowResult {
 class Receiver {
  public:
   virtual ~Receiver() = default;
-  // First packet of an unknown flow: accept it, or refuse (counted as
-  // "unexpected"; later packets of the flow are refused the same way).
-  virtual bool AcceptFlow(const Peer& from, const Header& first) = 0;
+  // First packet of an unknown flow: DropReason::kNone accepts it; any
+  // other reason refuses it and is what the drop is counted as (kUnexpected:
+  // not wanted from this peer now; kBadFlowSize: not the number or size of
+  // packets this peer's flows have). Later packets of a refused flow are
+  // asked about again. The header is decoded and bounded (wire.h) but
+  // otherwise the sender's word: check every field the receiver relies on.
+  virtual DropReason AcceptFlow(const Peer& from, const Header& first) = 0;
   // A packet's payload: header.payload_bytes of little-endian floats, not
   // necessarily aligned (copy with memcpy).
   virtual void OnData(const Peer& from, const Header& header, const uint8_t* payload) = 0;
@@ -254,6 +263,7 @@ struct EndpointStats {
   uint64_t startup_restarts = 0;          // returns to startup: the fair-share cap rose
   uint64_t send_buffer_waits = 0;         // sends that found the socket buffer full
   uint64_t ingress_bps = 0;               // measured receive rate (shared-link LT)
+  uint64_t recv_state_bytes = 0;          // charged to the receive budget now
   std::array<uint64_t, static_cast<size_t>(DropReason::kCount)> drops{};
   std::vector<PeerEstimate> peers;
   std::vector<LinkEstimate> links;

@@ -25,7 +25,9 @@ constexpr uint32_t kChunkFloats = 4096;
 class Assembler : public Receiver {
  public:
   explicit Assembler(size_t floats) : buf_(floats, 0.f) {}
-  bool AcceptFlow(const Peer&, const Header& h) override { return h.iteration != 666; }
+  DropReason AcceptFlow(const Peer&, const Header& h) override {
+    return h.iteration != 666 ? DropReason::kNone : DropReason::kUnexpected;
+  }
   void OnData(const Peer&, const Header& h, const uint8_t* payload) override {
     const size_t at = size_t(h.chunk_id) * kChunkFloats + h.chunk_offset;
     REQUIRE(at + h.payload_bytes / 4 <= buf_.size());

@@ -23,7 +23,7 @@ constexpr uint32_t kChunkFloats = 4096;
 class Recorder : public Receiver {
  public:
   explicit Recorder(size_t floats) : buf_(floats, std::nanf("")) {}
-  bool AcceptFlow(const Peer&, const Header&) override { return true; }
+  DropReason AcceptFlow(const Peer&, const Header&) override { return DropReason::kNone; }
   void OnData(const Peer&, const Header& h, const uint8_t* payload) override {
     absl::MutexLock lock(&mu_);
     const size_t at = size_t(h.chunk_id) * kChunkFloats + h.chunk_offset;

@@ -19,9 +19,9 @@ class ReceiverMux final : public Receiver {
     target_ = target;
   }
 
-  bool AcceptFlow(const Peer& from, const Header& first) override {
+  DropReason AcceptFlow(const Peer& from, const Header& first) override {
     absl::ReaderMutexLock lock(&mu_);
-    return target_ != nullptr && target_->AcceptFlow(from, first);
+    return target_ != nullptr ? target_->AcceptFlow(from, first) : DropReason::kUnexpected;
   }
   void OnData(const Peer& from, const Header& h, const uint8_t* payload) override {
     absl::ReaderMutexLock lock(&mu_);

@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
+#include "lib/transport/recv_budget.h"
 
 namespace hetps {
 namespace transport {
@@ -29,6 +30,9 @@ constexpr size_t kConnectionsMax = 4096;
 constexpr size_t kWriteChunk = 256 << 10;  // frames copied to a connection's buffer at a time
 constexpr size_t kReadPerWake = 4 << 20;   // bytes read from one connection per wake (fairness)
 constexpr size_t kFrameBytesMax = kHeaderBytes + kPayloadBytesMax;
+// What an incoming connection holds before any flow: its receive buffer
+// (two frames) and bookkeeping, charged to its host's receive budget.
+constexpr uint64_t kConnRecvBytes = 2 * kFrameBytesMax + 4096;
 
 uint16_t Get16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
 uint32_t Get32(const uint8_t* p) {
@@ -85,10 +89,10 @@ struct OutFlow {
 };
 
 struct InFlow {
+  uint64_t charged = 0;  // bytes charged to the receive budget
   uint32_t total = 0;
   uint32_t iteration = 0;
   uint32_t received = 0;
-  bool refused = false;
   uint64_t last_us = 0;
   std::vector<uint64_t> bitmap;
 };
@@ -101,6 +105,8 @@ struct Conn {
   bool want_write = false;  // EPOLLOUT registered
   Peer peer;                // outgoing: the destination; incoming: from the hello
   uint32_t remote_ip = 0;   // incoming: the address it came from
+  Peer host;                // incoming: {remote_ip, 0}, what its receive budget is charged to
+  uint64_t charged = 0;     // incoming: bytes charged for the connection itself
   std::vector<uint8_t> wbuf;
   size_t woff = 0;
   std::vector<uint8_t> rbuf;
@@ -138,6 +144,7 @@ struct TcpEndpoint::Impl {
   void FinishFlow(uint32_t flow_id, absl::Status s, const StopInfo* stop);
   void Publish(uint64_t now, bool force);
   void SweepIdle(uint64_t now);
+  void EraseInFlow(Conn* c, absl::flat_hash_map<uint32_t, InFlow>::iterator it);
 
   const EndpointConfig config;
   Receiver* const receiver;
@@ -168,6 +175,9 @@ struct TcpEndpoint::Impl {
   uint64_t retrans_closed = 0;  // retransmissions of connections already closed
   uint64_t last_publish_us = 0;
   uint64_t last_sweep_us = 0;
+  // Incoming connections and their flows, per sending host (a connection's
+  // data port is the peer's word, its IP the kernel's) and in total.
+  RecvBudget budget{config.recv_peer_bytes_max, config.recv_bytes_max};
 };
 
 absl::Status CheckTcpCongestion(const std::string& name) {
@@ -457,8 +467,14 @@ void TcpEndpoint::Impl::Accept() {
     const int fd =
         accept4(listen_fd, reinterpret_cast<sockaddr*>(&a), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
-    if (conns.size() >= kConnectionsMax || receiver == nullptr) {
+    const Peer host{a.sin_addr.s_addr, 0};
+    if (receiver == nullptr) {
       ++stats.drops[size_t(DropReason::kUnexpected)];
+      close(fd);
+      continue;
+    }
+    if (conns.size() >= kConnectionsMax || !budget.Charge(host, kConnRecvBytes)) {
+      ++stats.drops[size_t(DropReason::kOverBudget)];
       close(fd);
       continue;
     }
@@ -467,6 +483,8 @@ void TcpEndpoint::Impl::Accept() {
     auto c = std::make_unique<Conn>();
     c->fd = fd;
     c->remote_ip = a.sin_addr.s_addr;
+    c->host = host;
+    c->charged = kConnRecvBytes;
     c->rbuf.resize(2 * kFrameBytesMax);
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -659,23 +677,28 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
   }
   auto it = c->flows.find(h.flow_id);
   if (it == c->flows.end()) {
+    // Bounded before anything is allocated from the header (total_packets
+    // is at most kFlowPacketsMax once decoded; sizes in 64 bits). A refused
+    // flow leaves no state: its later frames are asked about again.
+    const uint64_t bytes = RecvFlowBytes(h.total_packets);
+    if (c->flows.size() >= config.recv_flows_max || !budget.Charge(c->host, bytes)) {
+      ++stats.drops[size_t(DropReason::kOverBudget)];
+      return true;
+    }
+    if (DropReason why = receiver->AcceptFlow(c->peer, h); why != DropReason::kNone) {
+      budget.Release(c->host, bytes);
+      ++stats.drops[size_t(why)];
+      return true;
+    }
     InFlow f;
+    f.charged = bytes;
     f.total = h.total_packets;
     f.iteration = h.iteration;
-    if (c->flows.size() >= config.recv_flows_max || !receiver->AcceptFlow(c->peer, h)) {
-      f.refused = true;
-    } else {
-      f.bitmap.assign((size_t(h.total_packets) + 63) / 64, 0);
-    }
+    f.bitmap.assign((uint64_t(h.total_packets) + 63) / 64, 0);
     it = c->flows.emplace(h.flow_id, std::move(f)).first;
   }
   InFlow& f = it->second;
   f.last_us = NowMicros();
-  if (f.refused) {
-    ++stats.drops[size_t(DropReason::kUnexpected)];
-    if (h.seq + 1 == f.total) c->flows.erase(it);
-    return true;
-  }
   if (h.total_packets != f.total || h.iteration != f.iteration) {
     ++stats.drops[size_t(DropReason::kBadSequence)];
     return true;
@@ -694,7 +717,7 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
   r.iteration = f.iteration;
   r.total_packets = f.total;
   r.received = f.received;
-  c->flows.erase(it);
+  EraseInFlow(c, it);
   ++stats.flows_received;
   // STOP (complete) back to the sender: its handle finishes on delivery.
   Header stop;
@@ -745,6 +768,8 @@ void TcpEndpoint::Impl::CloseConn(Conn* c, const std::string& why) {
   }
   // An incoming connection's half-received flows are gone with it; their
   // senders see the failure on their side.
+  for (auto it = c->flows.begin(); it != c->flows.end();) EraseInFlow(c, it++);
+  budget.Release(c->host, c->charged);
   epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
   close(fd);
   conns.erase(fd);
@@ -755,8 +780,19 @@ void TcpEndpoint::Impl::SweepIdle(uint64_t now) {
   last_sweep_us = now;
   const uint64_t idle = uint64_t(config.recv_flow_idle_ms) * 1000;
   for (auto& [fd, c] : conns) {
-    absl::erase_if(c->flows, [&](const auto& kv) { return now - kv.second.last_us > idle; });
+    for (auto it = c->flows.begin(); it != c->flows.end();) {
+      if (now - it->second.last_us > idle) {
+        EraseInFlow(c.get(), it++);
+      } else {
+        ++it;
+      }
+    }
   }
+}
+
+void TcpEndpoint::Impl::EraseInFlow(Conn* c, absl::flat_hash_map<uint32_t, InFlow>::iterator it) {
+  budget.Release(c->host, it->second.charged);
+  c->flows.erase(it);
 }
 
 void TcpEndpoint::Impl::Publish(uint64_t now, bool force) {
@@ -779,6 +815,7 @@ void TcpEndpoint::Impl::Publish(uint64_t now, bool force) {
     stats.peers.push_back(e);
   }
   stats.retransmissions = std::max(stats.retransmissions, retrans);
+  stats.recv_state_bytes = budget.total();
   absl::MutexLock lock(&mu);
   published = stats;
 }

@@ -26,10 +26,10 @@ constexpr uint32_t kChunkFloats = 4096;
 class Sink : public Receiver {
  public:
   explicit Sink(size_t floats) : buf_(floats, std::nanf("")) {}
-  bool AcceptFlow(const Peer& from, const Header&) override {
+  DropReason AcceptFlow(const Peer& from, const Header&) override {
     absl::MutexLock lock(&mu_);
     senders_.push_back(from);
-    return accept_;
+    return accept_ ? DropReason::kNone : DropReason::kUnexpected;
   }
   void OnData(const Peer&, const Header& h, const uint8_t* payload) override {
     absl::MutexLock lock(&mu_);

@@ -56,6 +56,10 @@ const char* DropReasonName(DropReason r) {
       return "replayed";
     case DropReason::kUnexpected:
       return "unexpected";
+    case DropReason::kBadFlowSize:
+      return "bad_flow_size";
+    case DropReason::kOverBudget:
+      return "over_budget";
     case DropReason::kCount:
       break;
   }
@@ -150,7 +154,9 @@ DropReason Decode(const uint8_t* data, size_t len, Packet* p) {
   h.flow_id = Get32(data + 16);
   h.seq = Get32(data + 20);
   h.total_packets = Get32(data + 24);
-  if (h.total_packets == 0 || h.seq >= h.total_packets) return DropReason::kBadSequence;
+  if (h.total_packets == 0 || h.total_packets > kFlowPacketsMax || h.seq >= h.total_packets) {
+    return DropReason::kBadSequence;
+  }
   if (h.type == PacketType::kStop && h.payload_bytes == kStopPayloadBytes &&
       Get32(data + kHeaderBytes + 4) > h.total_packets) {
     return DropReason::kBadPayload;  // more packets received than the flow has

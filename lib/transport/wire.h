@@ -26,6 +26,10 @@ constexpr size_t kPayloadBytesMax = kDatagramBytesMax - kHeaderBytes;
 // little-endian u32 in its payload (each packet is still acknowledged
 // individually; batching only saves datagrams).
 constexpr size_t kAckSeqsMax = 256;
+// Packets in one flow at most (~22 GB at 1400-byte packets). Decode drops
+// a header claiming more (bad_sequence), so nothing sized from
+// total_packets can exceed what this bound allows.
+constexpr uint32_t kFlowPacketsMax = 1u << 24;
 
 enum class PacketType : uint8_t {
   kData = 1,  // payload: float32 values of one chunk, from chunk_offset
@@ -97,11 +101,13 @@ enum class DropReason : uint8_t {
   kBadType,
   kBadFlags,     // unknown flag bits
   kMisaligned,   // DATA payload not a whole number of floats
-  kBadSequence,  // total_packets == 0 or seq >= total_packets
+  kBadSequence,  // total_packets == 0 or above kFlowPacketsMax, or seq >= total_packets
   kBadPayload,   // ACK/STOP with a payload, or DATA without one
   kForged,       // session token does not match (decided by the endpoint)
   kReplayed,     // duplicate of a delivered packet, or a closed/old flow (endpoint)
   kUnexpected,   // well-formed but no receiver wants this flow (endpoint)
+  kBadFlowSize,  // a flow's size is not what the receiver expects of that peer (receiver)
+  kOverBudget,   // accepting it would exceed a receive memory budget (endpoint)
   kCount,
 };
 const char* DropReasonName(DropReason r);

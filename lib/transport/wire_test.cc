@@ -108,6 +108,16 @@ TEST_CASE("every malformation maps to its drop reason", "[wire]") {
   seq.seq = 0;
   s = Datagram(seq, 4);
   CHECK(Decode(s.data(), s.size(), &p) == DropReason::kBadSequence);
+  // Sizes a receiver would allocate from: bounded by the codec itself.
+  for (uint32_t total : {kFlowPacketsMax + 1, 0xFFFFFF00u, 0xFFFFFFFFu}) {
+    seq.total_packets = total;
+    s = Datagram(seq, 4);
+    CHECK(Decode(s.data(), s.size(), &p) == DropReason::kBadSequence);
+  }
+  seq.total_packets = kFlowPacketsMax;
+  seq.seq = kFlowPacketsMax - 1;
+  s = Datagram(seq, 4);
+  CHECK(Decode(s.data(), s.size(), &p) == DropReason::kNone);
 }
 
 TEST_CASE("a STOP may carry its close reason and packets received", "[wire]") {
