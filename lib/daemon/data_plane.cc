@@ -133,6 +133,7 @@ transport::EndpointStats CombinedStats(const transport::Endpoint& udp,
   s.flows_sent += t.flows_sent;
   s.flows_received += t.flows_received;
   for (size_t i = 0; i < s.drops.size(); ++i) s.drops[i] += t.drops[i];
+  s.recv_state_bytes += t.recv_state_bytes;
   s.peers.insert(s.peers.end(), t.peers.begin(), t.peers.end());
   return s;
 }
@@ -161,11 +162,13 @@ TransportMetrics::TransportMetrics(prometheus::Registry& r, const std::string& p
                           .Help("DATA packets sent again after being declared lost.")
                           .Register(r)
                           .Add({});
-  impairment_dropped_ = &prometheus::BuildCounter()
-                             .Name(p + "_data_impairment_dropped_total")
-                             .Help("Datagrams dropped on purpose by the impairment layer.")
-                             .Register(r)
-                             .Add({});
+  recv_state_ = &prometheus::BuildGauge()
+                     .Name(p + "_data_recv_state_bytes")
+                     .Help(
+                         "Receive state peers make this node hold now (open flows, TCP "
+                         "buffers), bounded by data_recv_bytes_max.")
+                     .Register(r)
+                     .Add({});
   auto& drops = prometheus::BuildCounter()
                     .Name(p + "_data_drops_total")
                     .Help("Received datagrams dropped, by reason (docs/wire-format.md).")
@@ -292,7 +295,7 @@ void TransportMetrics::Update(const transport::EndpointStats& s) {
   AdvanceCounter(flows_sent_, s.flows_sent, &last_.flows_sent);
   AdvanceCounter(flows_received_, s.flows_received, &last_.flows_received);
   AdvanceCounter(retransmissions_, s.retransmissions, &last_.retransmissions);
-  AdvanceCounter(impairment_dropped_, s.impairment_dropped, &last_.impairment_dropped);
+  recv_state_->Set(static_cast<double>(s.recv_state_bytes));
   for (size_t i = 1; i < size_t(transport::DropReason::kCount); ++i) {
     AdvanceCounter(drops_[i - 1], s.drops[i], &last_.drops[i]);
   }

@@ -77,7 +77,7 @@ class TransportMetrics {
 
  private:
   prometheus::Counter *datagrams_sent_, *datagrams_received_, *bytes_sent_, *bytes_received_,
-      *retransmissions_, *flows_sent_, *flows_received_, *impairment_dropped_,
+      *retransmissions_, *flows_sent_, *flows_received_,
       *deferred_retransmissions_, *packets_missing_, *congestion_rounds_, *standing_queue_rounds_,
       *startup_restarts_, *undone_rounds_, *losses_timeout_, *losses_spurious_;
   std::vector<prometheus::Counter*> lossy_closes_;  // by CloseReason
@@ -87,6 +87,7 @@ class TransportMetrics {
   prometheus::Family<prometheus::Gauge>* cwnd_;
   prometheus::Family<prometheus::Gauge>* rate_cap_;
   prometheus::Gauge* ingress_;
+  prometheus::Gauge* recv_state_;
   prometheus::Family<prometheus::Gauge>* lt_;
   prometheus::Family<prometheus::Gauge>* link_fraction_;
   transport::EndpointStats last_;

@@ -8,6 +8,8 @@
 #include "lib/job/bsp_worker.h"
 #include "lib/job/local_training.h"
 #include "lib/ps/shard_server.h"
+#include "lib/transport/receiver_mux.h"
+#include "lib/transport/test_flows.h"
 
 namespace hetps {
 namespace {
@@ -15,19 +17,28 @@ namespace {
 constexpr uint64_t kSession = 0xBEEF;
 
 struct Cluster {
+  // With loss: every node on one seeded simulated network (real time).
+  std::unique_ptr<transport::SimNetwork> net;
+  std::vector<std::unique_ptr<transport::ReceiverMux>> muxes;
+  std::vector<std::unique_ptr<transport::Endpoint>> endpoints;
   std::vector<std::unique_ptr<train::Backend>> backends;
   std::vector<std::unique_ptr<ps::ShardServer>> servers;
   std::vector<std::unique_ptr<BspWorker>> workers;
 
-  // `loss`: the impairment layer drops this fraction of every node's
-  // outgoing datagrams (data, ACKs and STOPs on every link).
+  // `loss` > 0: the nodes talk over a SimNetwork whose every link drops this
+  // fraction of datagrams (data, ACKs and STOPs); else over loopback
+  // sockets, each node binding its own.
   Cluster(const JobSpec& job, int num_servers, int num_workers, absl::Duration deadline,
           double loss = 0) {
     train::SetCpuThreads(1);  // several trainers share this machine's cores
     transport::EndpointConfig ec;
     ec.session = kSession;
-    ec.impairment.loss = loss;
-    uint64_t seed = 1;
+    if (loss > 0) {
+      transport::LinkImpairment imp;
+      imp.loss = loss;
+      imp.delay_us = 0;
+      net = std::make_unique<transport::SimNetwork>(RealClock::Get(), 1, imp);
+    }
     std::vector<transport::Peer> worker_peers, server_peers;
     for (int w = 0; w < num_workers; ++w) {
       backends.push_back(train::NewCpuBackend());
@@ -36,10 +47,9 @@ struct Cluster {
       c.rank = w;
       c.workers = num_workers;
       c.endpoint = ec;
-      c.endpoint.impairment.seed = ++seed;
       c.evaluate = w == 0;
       c.pull_timeout = absl::Seconds(30);
-      auto wk = BspWorker::Create(c, backends.back().get());
+      auto wk = BspWorker::Create(c, backends.back().get(), Shared(c.endpoint));
       REQUIRE(wk.ok());
       worker_peers.push_back((*wk)->local());
       workers.push_back(std::move(*wk));
@@ -57,17 +67,38 @@ struct Cluster {
       c.total_iterations = static_cast<uint32_t>(workers[0]->total_iterations());
       c.round_deadline = deadline;
       c.endpoint = ec;
-      c.endpoint.impairment.seed = ++seed;
       c.endpoint.early_close = job.early_close();
       c.endpoint.tcp_congestion = job.tcp_congestion_name();
       c.transport = transport::TransportKindFor(job.transport);
-      auto sv = ps::ShardServer::Create(c, init);
+      auto sv = ps::ShardServer::Create(c, init, Shared(c.endpoint));
       REQUIRE(sv.ok());
       (*sv)->SetWorkers(worker_peers);
       server_peers.push_back((*sv)->local());
       servers.push_back(std::move(*sv));
     }
     for (auto& w : workers) w->SetServers(server_peers);
+    // Route each simulated endpoint's callbacks to its node.
+    for (size_t i = 0; i < muxes.size(); ++i) {
+      muxes[i]->Set(i < workers.size() ? static_cast<transport::Receiver*>(workers[i].get())
+                                       : servers[i - workers.size()].get());
+    }
+  }
+  ~Cluster() {
+    for (auto& m : muxes) m->Set(nullptr);
+    servers.clear();
+    workers.clear();
+    for (auto& e : endpoints) e->Shutdown();
+  }
+  // With a SimNetwork: a new endpoint on it (its receiver set once the node
+  // exists); else null, and the node binds its own.
+  transport::Transport* Shared(const transport::EndpointConfig& c) {
+    if (net == nullptr) return nullptr;
+    muxes.push_back(std::make_unique<transport::ReceiverMux>());
+    const transport::Peer addr{htonl(0x0A000000u + uint32_t(muxes.size())), htons(7000)};
+    auto e = transport::testing::SimEndpoint(*net, addr, c, muxes.back().get(), RealClock::Get());
+    REQUIRE(e.ok());
+    endpoints.push_back(std::move(*e));
+    return endpoints.back().get();
   }
   void Start() {
     for (auto& s : servers) s->Start();
@@ -219,6 +250,7 @@ double TrainMlp(const std::string& transport, double loss) {
       "test");
   REQUIRE(job.ok());
   Cluster c(*job, 2, 2, absl::Seconds(10), loss);
+  const absl::Time start = absl::Now();
   c.Start();
   std::thread second([&] { CHECK(c.workers[1]->Run(0, nullptr).ok()); });
   REQUIRE(c.workers[0]->Run(0, nullptr).ok());
@@ -229,9 +261,15 @@ double TrainMlp(const std::string& transport, double loss) {
     partial += s->GetStats().partial_pushes;
     bubbles += s->GetStats().bubble_bytes;
   }
+  std::string closes;
+  for (auto& s : c.servers) {
+    auto es = s->endpoint().GetStats();
+    closes += absl::StrCat(es.lossy_closes[0], "/", es.lossy_closes[1], "/", es.lossy_closes[2], " ");
+  }
   WARN(transport << " at " << loss * 100 << "% loss: accuracy "
                  << c.workers[0]->final_eval().accuracy << ", partial pushes " << partial
-                 << ", bubble bytes " << bubbles);
+                 << ", bubble bytes " << bubbles << ", closes " << closes << " in "
+                 << absl::FormatDuration(absl::Now() - start));
   return c.workers[0]->final_eval().accuracy;
 }
 

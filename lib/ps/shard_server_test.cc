@@ -8,6 +8,8 @@
 #include <cstring>
 
 #include "absl/synchronization/mutex.h"
+#include "lib/transport/receiver_mux.h"
+#include "lib/transport/test_flows.h"
 
 namespace hetps {
 namespace ps {
@@ -78,18 +80,34 @@ TEST_CASE("LTP push with 30% loss: whole-packet bubbles, no update where nothing
   sc.endpoint.early_close.slack_us = 20'000;
   std::vector<float> init(n);
   for (uint64_t i = 0; i < n; ++i) init[i] = 0.001f * float(i % 1000);
-  auto server = ShardServer::Create(sc, init);
+  // Both on a seeded simulated network in real time (the server's round
+  // thread has its own deadlines): the worker's link loses 30% and takes
+  // 50 ms one way.
+  transport::SimNetwork net(RealClock::Get(), 5);
+  transport::ReceiverMux mux;
+  const Peer server_addr{htonl(0x0A000001), htons(7000)};
+  const Peer worker_addr{htonl(0x0A000002), htons(7000)};
+  auto server_ep =
+      transport::testing::SimEndpoint(net, server_addr, sc.endpoint, &mux, RealClock::Get());
+  REQUIRE(server_ep.ok());
+  auto server = ShardServer::Create(sc, init, server_ep->get());
   REQUIRE(server.ok());
+  mux.Set(server->get());
+  struct Detach {
+    transport::ReceiverMux* mux;
+    ~Detach() { mux->Set(nullptr); }  // before the server goes
+  } detach{&mux};
 
   ParamSink sink(n, chunk);
   EndpointConfig wc;
   wc.session = kSession;
   wc.packet_bytes = 1402;  // 338 floats: a datagram size that is no multiple of 4
-  wc.impairment.loss = 0.3;
-  wc.impairment.delay_us = 50'000;
   wc.congestion.initial_rate_bps = 10'000'000'000;  // the whole push in the first window
-  wc.impairment.seed = 5;
-  auto worker = Endpoint::Create(wc, &sink);
+  transport::LinkImpairment imp;
+  imp.loss = 0.3;
+  imp.delay_us = 50'000;
+  net.SetEgress(worker_addr, imp);
+  auto worker = transport::testing::SimEndpoint(net, worker_addr, wc, &sink, RealClock::Get());
   REQUIRE(worker.ok());
   const uint32_t pf = wc.payload_floats();
   REQUIRE(pf == 338);

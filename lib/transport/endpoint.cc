@@ -17,16 +17,11 @@
 #include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
 #include "lib/transport/recv_budget.h"
+#include "lib/transport/udp_socket.h"
 
 namespace hetps {
 namespace transport {
 namespace {
-
-uint64_t NowUs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000 + uint64_t(ts.tv_nsec) / 1000;
-}
 
 constexpr size_t kAckEchoMax = 64;              // seqs an ACK repeats (ack_echo)
 
@@ -87,7 +82,7 @@ absl::Status SendHandle::status() const {
 
 absl::Duration SendHandle::elapsed() const {
   absl::MutexLock lock(&mu_);
-  return (done_ ? finished_ : absl::Now()) - started_;
+  return (done_ ? finished_ : clock_->Now()) - started_;
 }
 
 CloseReason SendHandle::close_reason() const {
@@ -105,7 +100,7 @@ void SendHandle::Finish(absl::Status s) {
   if (done_) return;
   done_ = true;
   status_ = std::move(s);
-  finished_ = absl::Now();
+  finished_ = clock_->Now();
 }
 
 // ---- Endpoint internals --------------------------------------------------
@@ -212,31 +207,22 @@ struct Pending {
   size_t body_len = 0;
 };
 
-struct Delayed {
-  uint64_t release_us;
-  uint64_t order;  // FIFO among equal release times
-  Peer to;
-  std::vector<uint8_t> bytes;
-  bool operator>(const Delayed& o) const {
-    return release_us != o.release_us ? release_us > o.release_us : order > o.order;
-  }
-};
-
 struct Endpoint::Impl {
-  Impl(const EndpointConfig& c, Receiver* r)
+  Impl(const EndpointConfig& c, Receiver* r, const Clock* clk, uint64_t seed)
       : config(c),
         receiver(r),
+        clock(clk),
         session(c.session),
         early_close(c.early_close),
         early_close_shared(c.early_close),
         budget(c.recv_peer_bytes_max, c.recv_bytes_max),
-        rng(c.impairment.seed),
-        flow_counter(std::random_device{}()) {}
+        flow_counter(static_cast<uint32_t>(seed != 0 ? seed : std::random_device{}())) {}
 
   const EndpointConfig config;
   Receiver* const receiver;
-  std::unique_ptr<UdpSocket> socket;
-  int wake_fd = -1;
+  const Clock* const clock;
+  std::unique_ptr<DatagramSocket> socket;
+  int wake_fd = -1;  // threaded endpoints: Send and Shutdown wake the thread
 
   // Shared with other threads.
   mutable absl::Mutex mu;
@@ -272,18 +258,18 @@ struct Endpoint::Impl {
   absl::flat_hash_map<RecvKey, AckBatch> acks;     // ACKs not sent yet
   uint64_t next_ack_us = UINT64_MAX;               // earliest due_us in acks
   std::vector<std::vector<uint8_t>> ack_payloads;  // bodies of queued ACKs, until Flush
-  size_t pending_sent = 0;
-  std::priority_queue<Delayed, std::vector<Delayed>, std::greater<Delayed>> delayed;
-  uint64_t delayed_order = 0;
-  std::mt19937_64 rng;
-  std::uniform_real_distribution<double> unit{0.0, 1.0};
   std::vector<InDatagram> rx;
   std::atomic<uint32_t> flow_counter;
   uint64_t last_gc_us = 0;
   uint64_t last_publish_us = 0;
   uint64_t next_threshold_us = UINT64_MAX;
 
+  uint64_t Now() const { return clock->MonotonicMicros(); }
   void Run();
+  // One turn of the loop; the next time a turn is due.
+  uint64_t Turn();
+  // After the loop: every unfinished flow finishes CANCELLED.
+  void Finish();
   void Wake();
   void TakeSubmissions(uint64_t now);
   void Receive(uint64_t now);
@@ -314,7 +300,6 @@ struct Endpoint::Impl {
   void SendData(uint64_t now);
   uint64_t NextSendTime(uint64_t now);
   void Flush(uint64_t now);
-  void ReleaseDelayed(uint64_t now);
   void FinishFlow(uint32_t flow_id, absl::Status s);
   void CloseRecv(const RecvKey& key, const StopInfo& how);
   // Opens a receive flow for `h`'s first packet, or says why not.
@@ -326,11 +311,12 @@ struct Endpoint::Impl {
   uint32_t RtoUs(const PeerState& ps) const;
 };
 
-Endpoint::Endpoint(const EndpointConfig& config, Receiver* receiver)
-    : config_(config), impl_(std::make_unique<Impl>(config, receiver)) {}
+Endpoint::Endpoint(const EndpointConfig& config, Receiver* receiver, const Clock* clock,
+                   uint64_t seed)
+    : config_(config), impl_(std::make_unique<Impl>(config, receiver, clock, seed)) {}
 
 absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(const EndpointConfig& config,
-                                                           Receiver* receiver) {
+                                                           Receiver* receiver, EndpointEnv env) {
   if (config.packet_bytes < kHeaderBytes + 4 || config.packet_bytes > kDatagramBytesMax) {
     return absl::InvalidArgumentError(absl::StrCat("data plane: packet_bytes ", config.packet_bytes,
                                                    " outside [", kHeaderBytes + 4, ", ",
@@ -351,24 +337,29 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(const EndpointConfig&
         absl::StrCat("data plane: recv_peer_bytes_max must be at least ", RecvFlowBytes(1),
                      " and at most recv_bytes_max"));
   }
-  if (config.impairment.loss < 0 || config.impairment.loss > 1) {
-    return absl::InvalidArgumentError("data plane: impairment loss outside [0, 1]");
+  const Clock* clock = env.clock != nullptr ? env.clock : RealClock::Get();
+  auto e = std::unique_ptr<Endpoint>(new Endpoint(config, receiver, clock, env.seed));
+  if (env.socket != nullptr) {
+    e->impl_->socket = std::move(env.socket);
+  } else {
+    UdpSocketOptions so;
+    so.buffer_bytes = config.socket_buffer_bytes;
+    so.batch_max = config.batch_max;
+    so.datagram_bytes_max = kDatagramBytesMax;
+    so.gso = config.gso;
+    so.gro = config.gro;
+    auto sock = UdpSocket::Create(config.bind, so);
+    if (!sock.ok()) return sock.status();
+    e->impl_->socket = std::move(*sock);
   }
-  auto e = std::unique_ptr<Endpoint>(new Endpoint(config, receiver));
-  UdpSocketOptions so;
-  so.buffer_bytes = config.socket_buffer_bytes;
-  so.batch_max = config.batch_max;
-  so.datagram_bytes_max = kDatagramBytesMax;
-  so.gso = config.gso;
-  so.gro = config.gro;
-  auto sock = UdpSocket::Create(config.bind, so);
-  if (!sock.ok()) return sock.status();
-  e->impl_->socket = std::move(*sock);
   e->local_ = e->impl_->socket->local();
-  e->impl_->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (e->impl_->wake_fd < 0) return absl::InternalError("data plane: eventfd failed");
-  Impl* impl = e->impl_.get();
-  e->thread_ = std::thread([impl] { impl->Run(); });
+  e->threaded_ = env.threaded;
+  if (env.threaded) {
+    e->impl_->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (e->impl_->wake_fd < 0) return absl::InternalError("data plane: eventfd failed");
+    Impl* impl = e->impl_.get();
+    e->thread_ = std::thread([impl] { impl->Run(); });
+  }
   return e;
 }
 
@@ -378,15 +369,27 @@ Endpoint::~Endpoint() {
 }
 
 void Endpoint::Shutdown() {
-  impl_->stop = true;
-  impl_->Wake();
-  if (thread_.joinable()) thread_.join();
+  if (impl_->stop.exchange(true)) {
+    if (thread_.joinable()) thread_.join();
+    return;
+  }
+  if (threaded_) {
+    impl_->Wake();
+    if (thread_.joinable()) thread_.join();
+  } else {
+    impl_->Finish();
+  }
+}
+
+uint64_t Endpoint::Step() {
+  if (threaded_ || impl_->stop) return UINT64_MAX;
+  return impl_->Turn();
 }
 
 std::shared_ptr<SendHandle> Endpoint::Send(const Peer& to, uint32_t iteration,
                                            std::vector<PacketSpan> packets, SendOptions options) {
-  auto handle = std::make_shared<SendHandle>();
-  handle->started_ = absl::Now();
+  auto handle = std::make_shared<SendHandle>(impl_->clock);
+  handle->started_ = impl_->clock->Now();
   handle->flow_id_ = impl_->flow_counter.fetch_add(1);
   if (absl::Status s = ValidateFlow(packets, config_.payload_floats()); !s.ok()) {
     handle->Finish(absl::Status(s.code(), absl::StrCat("data plane: ", s.message())));
@@ -454,6 +457,7 @@ EndpointStats Endpoint::GetStats() const {
 }
 
 void Endpoint::Impl::Wake() {
+  if (wake_fd < 0) return;  // threadless: the owner's next Step takes it
   const uint64_t one = 1;
   ssize_t r = write(wake_fd, &one, sizeof(one));
   (void)r;  // a full counter still wakes the loop
@@ -519,7 +523,7 @@ void Endpoint::Impl::FinishFlow(uint32_t flow_id, absl::Status s) {
       }
     }
     ps.flows.erase(std::remove(ps.flows.begin(), ps.flows.end(), flow_id), ps.flows.end());
-    if (ps.flows.empty()) ps.idle_since_us = NowUs();
+    if (ps.flows.empty()) ps.idle_since_us = Now();
   }
   f.handle->Finish(std::move(s));
   flows.erase(it);
@@ -679,7 +683,7 @@ void Endpoint::Impl::Receive(uint64_t now) {
     // takes receive work (psd aggregates as packets arrive); an ACK stamped
     // before it arrived reads as a shorter RTT and a faster delivery (late
     // stamps only lengthen RTT samples, which the min filter ignores).
-    now = NowUs();
+    now = Now();
     for (const InDatagram& d : rx) {
       ++stats.datagrams_received;
       stats.bytes_received += d.len;
@@ -1152,40 +1156,21 @@ uint64_t Endpoint::Impl::NextSendTime(uint64_t now) {
         break;
       }
     }
-    if (has_work && ps.inflight_bytes < ps.cc.cwnd_bytes()) next = std::min(next, ps.next_send_us);
+    // Room for a full packet (SendData's test): a window short of one
+    // waits for ACKs, not for the pacing slot (else the loop spins).
+    const bool room = ps.inflight_bytes == 0 ||
+                      ps.inflight_bytes + config.packet_bytes <= ps.cc.cwnd_bytes();
+    if (has_work && room) next = std::min(next, ps.next_send_us);
     if (!ps.inflight.empty()) next = std::min(next, ps.inflight.front().sent_us + RtoUs(ps));
   }
-  if (!delayed.empty()) next = std::min(next, delayed.top().release_us);
   next = std::min(next, next_ack_us);
   return std::min(next, next_threshold_us);
 }
 
 void Endpoint::Impl::Flush(uint64_t now) {
-  const ImpairmentConfig& imp = config.impairment;
   std::vector<OutDatagram>& out = flush_out;
   out.clear();
   for (const Pending& p : pending) {
-    if (imp.active()) {
-      if (imp.loss > 0 && unit(rng) < imp.loss) {
-        ++stats.impairment_dropped;
-        ++stats.datagrams_sent;  // it left us; the "network" lost it
-        continue;
-      }
-      if (imp.delay_us > 0 || imp.jitter_us > 0) {
-        if (delayed.size() >= imp.queue_max) {
-          ++stats.impairment_dropped;
-          continue;
-        }
-        Delayed d;
-        d.release_us = now + imp.delay_us + (imp.jitter_us > 0 ? rng() % imp.jitter_us : 0);
-        d.order = delayed_order++;
-        d.to = p.to;
-        d.bytes.assign(p.head.begin(), p.head.end());
-        d.bytes.insert(d.bytes.end(), p.body, p.body + p.body_len);
-        delayed.push(std::move(d));
-        continue;
-      }
-    }
     out.push_back({p.to, p.head.data(), kHeaderBytes, p.body, p.body_len});
   }
   size_t done = 0;
@@ -1211,26 +1196,6 @@ void Endpoint::Impl::Flush(uint64_t now) {
   ack_payloads.clear();
 }
 
-void Endpoint::Impl::ReleaseDelayed(uint64_t now) {
-  std::vector<OutDatagram> out;
-  std::vector<Delayed> held;
-  while (!delayed.empty() && delayed.top().release_us <= now && held.size() < config.batch_max) {
-    held.push_back(std::move(const_cast<Delayed&>(delayed.top())));
-    delayed.pop();
-  }
-  for (const Delayed& d : held) out.push_back({d.to, d.bytes.data(), d.bytes.size(), nullptr, 0});
-  size_t done = 0;
-  while (done < out.size()) {
-    const int n = socket->SendBatch(out.data() + done, out.size() - done);
-    if (n <= 0) break;
-    for (int i = 0; i < n; ++i) {
-      ++stats.datagrams_sent;
-      stats.bytes_sent += out[done + i].head_len;
-    }
-    done += n;
-  }
-}
-
 void Endpoint::Impl::GarbageCollect(uint64_t now) {
   const uint64_t idle_us = uint64_t(config.recv_flow_idle_ms) * 1000;
   for (auto it = recv.begin(); it != recv.end();) {
@@ -1254,10 +1219,31 @@ void Endpoint::Impl::Publish() {
     s.startup_restarts += ps->cc.startup_restarts();
   }
   for (auto& [peer, link] : links) s.links.push_back(link.estimate);
-  s.ingress_bps = ingress.link_rate_bps(NowUs());
+  s.ingress_bps = ingress.link_rate_bps(Now());
   s.recv_state_bytes = budget.total();
   absl::MutexLock lock(&mu);
   published = std::move(s);
+}
+
+uint64_t Endpoint::Impl::Turn() {
+  uint64_t now = Now();
+  TakeSubmissions(now);
+  Receive(now);
+  now = Now();
+  EmitAcks(now);  // delayed ACKs now due
+  if (now >= next_threshold_us || next_threshold_us == 0) next_threshold_us = CheckEarlyClose(now);
+  SendData(now);
+  Flush(now);
+  if (now - last_gc_us > 1'000'000) {
+    GarbageCollect(now);
+    last_gc_us = now;
+  }
+  // Threadless: every turn, so GetStats between Steps is exact.
+  if (wake_fd < 0 || now - last_publish_us > 1000) {
+    Publish();
+    last_publish_us = now;
+  }
+  return std::min(NextSendTime(now), socket->next_arrival_us());
 }
 
 void Endpoint::Impl::Run() {
@@ -1265,26 +1251,8 @@ void Endpoint::Impl::Run() {
   pthread_setname_np(pthread_self(), "hetps-dataplane");
   pollfd fds[2] = {{socket->fd(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
   while (!stop.load(std::memory_order_relaxed)) {
-    uint64_t now = NowUs();
-    TakeSubmissions(now);
-    Receive(now);
-    now = NowUs();
-    EmitAcks(now);  // delayed ACKs now due
-    if (now >= next_threshold_us || next_threshold_us == 0)
-      next_threshold_us = CheckEarlyClose(now);
-    SendData(now);
-    Flush(now);
-    ReleaseDelayed(now);
-    if (now - last_gc_us > 1'000'000) {
-      GarbageCollect(now);
-      last_gc_us = now;
-    }
-    if (now - last_publish_us > 1000) {
-      Publish();
-      last_publish_us = now;
-    }
-    const uint64_t next = NextSendTime(now);
-    now = NowUs();
+    const uint64_t next = Turn();
+    const uint64_t now = Now();
     const uint64_t wait_us = next > now ? next - now : 0;
     timespec ts{static_cast<time_t>(wait_us / 1'000'000),
                 static_cast<long>(wait_us % 1'000'000) * 1000};
@@ -1294,6 +1262,10 @@ void Endpoint::Impl::Run() {
       (void)r;
     }
   }
+  Finish();
+}
+
+void Endpoint::Impl::Finish() {
   Publish();
   std::vector<uint32_t> ids;
   for (auto& [id, f] : flows) ids.push_back(id);

@@ -24,9 +24,15 @@
 // delivered packet, or belong to a flow nobody accepted are dropped and
 // counted by reason (Stats::drops).
 //
-// Bounds: send_flows_max, recv_flows_max, closed_flows_remembered, batch_max
-// and the socket buffers; nothing grows without limit. Thread-safe: Send,
-// GetStats and Shutdown may be called from any thread.
+// Bounds: send_flows_max, recv_flows_max, the receive budgets,
+// closed_flows_remembered, batch_max and the socket buffers; nothing a
+// sender controls grows without limit. Thread-safe: Send, GetStats and
+// Shutdown may be called from any thread.
+//
+// Socket, clock and randomness come from EndpointEnv: production uses a
+// kernel UdpSocket, the real clock and the OS's entropy on its own thread;
+// tests and the fuzzer use a SimNetwork socket and a FakeClock with no
+// thread, calling Step() themselves, so a run replays from its seed.
 #ifndef HETPS_LIB_TRANSPORT_ENDPOINT_H_
 #define HETPS_LIB_TRANSPORT_ENDPOINT_H_
 
@@ -42,26 +48,15 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "lib/base/clock.h"
 #include "lib/base/net_address.h"
 #include "lib/transport/congestion.h"
+#include "lib/transport/datagram_socket.h"
 #include "lib/transport/early_close.h"
-#include "lib/transport/udp_socket.h"
 #include "lib/transport/wire.h"
 
 namespace hetps {
 namespace transport {
-
-// The project's own network impairment, applied to outgoing datagrams
-// (this kernel has no netem): random loss, delay and jitter (which
-// reorders). Seeded, so a failing run replays.
-struct ImpairmentConfig {
-  double loss = 0;         // probability that a datagram is dropped
-  uint32_t delay_us = 0;   // one-way delay added to every datagram
-  uint32_t jitter_us = 0;  // extra uniform delay in [0, jitter_us): reorders
-  uint64_t seed = 1;
-  uint32_t queue_max = 1 << 16;  // delayed datagrams held at most (then dropped)
-  bool active() const { return loss > 0 || delay_us > 0 || jitter_us > 0; }
-};
 
 struct EndpointConfig {
   HostPort bind{"127.0.0.1", 0};
@@ -118,7 +113,6 @@ struct EndpointConfig {
   // sample one ACK interval long (about a millisecond).
   bool ack_echo = true;
   CongestionConfig congestion;
-  ImpairmentConfig impairment;
   EarlyCloseConfig early_close;  // for loss-tolerant flows this endpoint receives
   // TcpEndpoint only: congestion control set on each connection with
   // TCP_CONGESTION ("cubic", "bbr", ...); empty: the kernel's default.
@@ -156,6 +150,7 @@ struct SendOptions {
 
 class SendHandle {
  public:
+  explicit SendHandle(const Clock* clock = RealClock::Get()) : clock_(clock) {}
   // True when every packet was acknowledged (or the receiver sent STOP).
   bool Wait(absl::Duration timeout);
   bool done() const;
@@ -172,6 +167,7 @@ class SendHandle {
   friend class Endpoint;
   friend class TcpEndpoint;
   void Finish(absl::Status s);
+  const Clock* const clock_;  // elapsed() (the endpoint's: simulated in tests)
   uint32_t flow_id_ = 0;
   absl::Time started_;
   std::atomic<uint32_t> retransmissions_{0};
@@ -249,7 +245,6 @@ struct EndpointStats {
   uint64_t acks_received = 0;
   uint64_t flows_sent = 0;
   uint64_t flows_received = 0;
-  uint64_t impairment_dropped = 0;
   // Loss-tolerant flows received, by how they closed (CloseReason), and the
   // packets early closes left out (bubbles the application fills).
   std::array<uint64_t, static_cast<size_t>(CloseReason::kCount)> lossy_closes{};
@@ -299,12 +294,24 @@ class Transport {
   virtual void Shutdown() = 0;
 };
 
+// What an Endpoint runs on. The defaults are production's.
+struct EndpointEnv {
+  std::unique_ptr<DatagramSocket> socket;  // null: a UdpSocket bound to config.bind
+  const Clock* clock = nullptr;            // null: RealClock
+  uint64_t seed = 0;                       // first flow id; 0: from the OS
+  // false: no thread; the owner calls Step() (simulation, fuzzing). Receiver
+  // callbacks then run inside Step().
+  bool threaded = true;
+};
+
 class Endpoint final : public Transport {
  public:
-  // Binds the socket and starts the endpoint thread. `receiver` may be null
-  // (send-only); it must outlive the endpoint.
+  // Binds the socket (or takes env.socket) and, when env.threaded, starts
+  // the endpoint thread. `receiver` may be null (send-only); it must
+  // outlive the endpoint.
   static absl::StatusOr<std::unique_ptr<Endpoint>> Create(const EndpointConfig& config,
-                                                          Receiver* receiver);
+                                                          Receiver* receiver,
+                                                          EndpointEnv env = {});
   ~Endpoint() override;  // Shutdown()
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
@@ -325,12 +332,19 @@ class Endpoint final : public Transport {
   absl::Status SetEarlyClose(const EarlyCloseConfig& config) override;
   void Shutdown() override;
 
+  // Threadless endpoints only: one turn of the loop at the clock's time
+  // (take Sends, receive what has arrived, send what pacing allows, fire
+  // due timers). Returns the next time (Clock::MonotonicMicros) it needs a
+  // turn if nothing arrives and nothing is sent before.
+  uint64_t Step();
+
   struct Impl;  // internal, defined in endpoint.cc
 
  private:
-  Endpoint(const EndpointConfig& config, Receiver* receiver);
+  Endpoint(const EndpointConfig& config, Receiver* receiver, const Clock* clock, uint64_t seed);
   EndpointConfig config_;
   Peer local_;
+  bool threaded_ = true;
   std::unique_ptr<Impl> impl_;
   std::thread thread_;
 };

@@ -1,13 +1,12 @@
-// Loss-tolerant (LTP) flows over real loopback sockets with the project's
-// impairment layer: critical packets always arrive, Early Close fires at
-// each threshold, STOP reaches the sender (even when STOPs are lost), and
-// what arrived is exact.
+// Loss-tolerant (LTP) flows on the seeded simulated network (threadless
+// endpoints, simulated time): critical packets always arrive, Early Close
+// fires at each threshold, STOP reaches the sender (even when STOPs are
+// lost), and what arrived is exact.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <random>
 
-#include "absl/synchronization/mutex.h"
 #include "lib/transport/endpoint.h"
 #include "lib/transport/test_flows.h"
 
@@ -19,56 +18,43 @@ constexpr uint64_t kSession = 0x17E5F00Dull;
 constexpr uint32_t kChunkFloats = 4096;
 
 // Places packets at chunk_id * kChunkFloats + offset in a NaN-filled buffer
-// and remembers which packets and flows arrived.
+// and remembers which packets and flows arrived, and when (the clock's
+// time). Callbacks run inside Step() on the test's thread.
 class Recorder : public Receiver {
  public:
-  explicit Recorder(size_t floats) : buf_(floats, std::nanf("")) {}
+  Recorder(size_t floats, const Clock* clock) : clock_(clock), buf_(floats, std::nanf("")) {}
   DropReason AcceptFlow(const Peer&, const Header&) override { return DropReason::kNone; }
   void OnData(const Peer&, const Header& h, const uint8_t* payload) override {
-    absl::MutexLock lock(&mu_);
     const size_t at = size_t(h.chunk_id) * kChunkFloats + h.chunk_offset;
     REQUIRE(at + h.payload_bytes / 4 <= buf_.size());
     std::memcpy(buf_.data() + at, payload, h.payload_bytes);
     if (h.flags & kFlagCritical) critical_.push_back(at);
-    ++packets_;
   }
   void OnFlowDone(const Peer&, const FlowResult& r) override {
-    absl::MutexLock lock(&mu_);
     results_.push_back(r);
-    done_at_ = absl::Now();
+    done_at_ = clock_->Now();
   }
-  bool WaitFlows(size_t n, absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return results_.size() >= n; };
-    return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
-  }
-  std::vector<float> buf() const {
-    absl::MutexLock lock(&mu_);
-    return buf_;
-  }
-  std::vector<size_t> critical() const {
-    absl::MutexLock lock(&mu_);
-    return critical_;
-  }
-  std::vector<FlowResult> results() const {
-    absl::MutexLock lock(&mu_);
-    return results_;
-  }
-  absl::Time done_at() const {
-    absl::MutexLock lock(&mu_);
-    return done_at_;
-  }
+  const std::vector<float>& buf() const { return buf_; }
+  std::vector<size_t> critical() const { return critical_; }
+  const std::vector<FlowResult>& results() const { return results_; }
+  absl::Time done_at() const { return done_at_; }
 
  private:
-  mutable absl::Mutex mu_;
-  std::vector<float> buf_ ABSL_GUARDED_BY(mu_);
-  std::vector<size_t> critical_ ABSL_GUARDED_BY(mu_);
-  std::vector<FlowResult> results_ ABSL_GUARDED_BY(mu_);
-  size_t packets_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Time done_at_ ABSL_GUARDED_BY(mu_);
+  const Clock* const clock_;
+  std::vector<float> buf_;
+  std::vector<size_t> critical_;
+  std::vector<FlowResult> results_;
+  absl::Time done_at_;
 };
 
 using testing::Pattern;
+using testing::SimRun;
+
+LinkImpairment Loss(double loss) {
+  LinkImpairment l;
+  l.loss = loss;
+  return l;
+}
 
 std::vector<PacketSpan> Packets(const std::vector<float>& v, uint32_t payload_floats) {
   return testing::ChunkPackets(v, 0, kChunkFloats, payload_floats);
@@ -116,18 +102,15 @@ void CheckDeliveredExact(const std::vector<float>& got, const std::vector<float>
 TEST_CASE("LTP: critical packets always arrive under 30% loss; the flow closes at the fraction",
           "[ltp]") {
   const size_t n = 1 << 18;  // 1 MB, 64 chunks, 128 critical packets
-  Recorder rx(n);
+  SimRun run(3);
+  Recorder rx(n, &run.clock());
   EndpointConfig sc = Config();
   sc.early_close.lt_fixed_us = 1000;     // LT passes almost at once ...
   sc.early_close.slack_us = 20'000'000;  // ... the deadline never
   sc.early_close.min_fraction = 0.8;
-  sc.impairment.loss = 0.3;  // ACKs and STOPs lost too
-  sc.impairment.seed = 3;
-  auto server = Endpoint::Create(sc, &rx);
-  REQUIRE(server.ok());
+  Endpoint* server = run.Add(sc, &rx);
+  run.net().SetEgress(server->local(), Loss(0.3));  // ACKs and STOPs lost too
   EndpointConfig cc = Config();
-  cc.impairment.loss = 0.3;
-  cc.impairment.seed = 4;
   // At 20 Mbit/s the first pass takes ~0.4 s: lost critical packets (the
   // first 128 sent) are resent, perhaps more than once at an RTO each, long
   // before the deferred retransmissions could complete the flow. Unpaced on
@@ -135,12 +118,11 @@ TEST_CASE("LTP: critical packets always arrive under 30% loss; the flow closes a
   // would close complete instead of at the fraction.
   cc.congestion.initial_rate_bps = 20'000'000;
   cc.congestion.rate_bps_max = 20'000'000;
-  auto client = Endpoint::Create(cc, nullptr);
-  REQUIRE(client.ok());
+  Endpoint* client = run.Add(cc, nullptr);
+  run.net().SetEgress(client->local(), Loss(0.3));
   const auto data = Pattern(n, 5);
-  auto h = (*client)->Send((*server)->local(), 0, Packets(data, cc.payload_floats()), Lossy());
-  REQUIRE(h->Wait(absl::Seconds(30)));
-  REQUIRE(rx.WaitFlows(1, absl::Seconds(5)));
+  auto h = client->Send(server->local(), 0, Packets(data, cc.payload_floats()), Lossy());
+  REQUIRE(run.RunUntil([&] { return h->done() && rx.results().size() == 1; }, absl::Seconds(30)));
   const FlowResult r = rx.results()[0];
   INFO("received " << r.received << " of " << r.total_packets);
   CHECK(r.reason == CloseReason::kEarlyFraction);
@@ -157,56 +139,49 @@ TEST_CASE("LTP: critical packets always arrive under 30% loss; the flow closes a
   // The sender learned how the flow closed (from a STOP, resent if lost).
   CHECK(h->close_reason() == CloseReason::kEarlyFraction);
   CHECK(h->receiver_packets() == r.received);
-  absl::SleepFor(absl::Milliseconds(20));  // stats are published every millisecond
-  const EndpointStats ss2 = (*server)->GetStats();
+  const EndpointStats ss2 = server->GetStats();
   CHECK(ss2.lossy_closes[size_t(CloseReason::kEarlyFraction)] == 1);
   CHECK(ss2.packets_missing == r.total_packets - r.received);
 }
 
 TEST_CASE("LTP: before the LT threshold the receiver waits for every packet", "[ltp]") {
   const size_t n = 1 << 17;
-  Recorder rx(n);
+  SimRun run(11);
+  Recorder rx(n, &run.clock());
   EndpointConfig sc = Config();
   sc.early_close.lt_fixed_us = 30'000'000;  // LT never passes: lost packets come from RQ
   sc.early_close.slack_us = 0;
-  auto server = Endpoint::Create(sc, &rx);
-  REQUIRE(server.ok());
+  Endpoint* server = run.Add(sc, &rx);
   EndpointConfig cc = Config();
-  cc.impairment.loss = 0.2;
-  cc.impairment.seed = 11;
-  auto client = Endpoint::Create(cc, nullptr);
-  REQUIRE(client.ok());
+  Endpoint* client = run.Add(cc, nullptr);
+  run.net().SetEgress(client->local(), Loss(0.2));
   const auto data = Pattern(n, 6);
-  auto h = (*client)->Send((*server)->local(), 0, Packets(data, cc.payload_floats()), Lossy());
-  REQUIRE(h->Wait(absl::Seconds(30)));
-  REQUIRE(rx.WaitFlows(1, absl::Seconds(5)));
+  auto h = client->Send(server->local(), 0, Packets(data, cc.payload_floats()), Lossy());
+  REQUIRE(run.RunUntil([&] { return h->done() && rx.results().size() == 1; }, absl::Seconds(30)));
   CHECK(rx.results()[0].reason == CloseReason::kComplete);
   CHECK(rx.buf() == data);
   // Lost normal packets were resent from RQ, after the new ones.
-  absl::SleepFor(absl::Milliseconds(20));
-  CHECK((*client)->GetStats().deferred_retransmissions > 0);
+  CHECK(client->GetStats().deferred_retransmissions > 0);
   CHECK(h->close_reason() == CloseReason::kComplete);
 }
 
 TEST_CASE("LTP: at the deadline the flow closes with what arrived, and the sender stops", "[ltp]") {
   const size_t n = 1 << 20;  // 4 MB at 20 Mbit/s: 1.7 s to send in full
-  Recorder rx(n);
+  SimRun run(8);
+  Recorder rx(n, &run.clock());
   EndpointConfig sc = Config();
   sc.early_close.lt_fixed_us = 1000;
   sc.early_close.slack_us = 50'000;  // deadline 51 ms after the first packet
   sc.early_close.min_fraction = 0.99;
-  auto server = Endpoint::Create(sc, &rx);
-  REQUIRE(server.ok());
+  Endpoint* server = run.Add(sc, &rx);
   EndpointConfig cc = Config();
   cc.congestion.initial_rate_bps = 20'000'000;
   cc.congestion.rate_bps_max = 20'000'000;
-  auto client = Endpoint::Create(cc, nullptr);
-  REQUIRE(client.ok());
+  Endpoint* client = run.Add(cc, nullptr);
   const auto data = Pattern(n, 8);
-  const absl::Time start = absl::Now();
-  auto h = (*client)->Send((*server)->local(), 0, Packets(data, cc.payload_floats()), Lossy());
-  REQUIRE(h->Wait(absl::Seconds(10)));
-  REQUIRE(rx.WaitFlows(1, absl::Seconds(5)));
+  const absl::Time start = run.clock().Now();
+  auto h = client->Send(server->local(), 0, Packets(data, cc.payload_floats()), Lossy());
+  REQUIRE(run.RunUntil([&] { return h->done() && rx.results().size() == 1; }, absl::Seconds(10)));
   const absl::Duration took = rx.done_at() - start;
   INFO("closed after " << absl::FormatDuration(took));
   CHECK(took >= absl::Milliseconds(50));
@@ -219,8 +194,7 @@ TEST_CASE("LTP: at the deadline the flow closes with what arrived, and the sende
   size_t missing = 0;
   CheckDeliveredExact(rx.buf(), data, &missing);
   CHECK(missing > n / 2);
-  absl::SleepFor(absl::Milliseconds(20));
-  CHECK((*server)->GetStats().lossy_closes[size_t(CloseReason::kDeadline)] == 1);
+  CHECK(server->GetStats().lossy_closes[size_t(CloseReason::kDeadline)] == 1);
 }
 
 TEST_CASE("LTP: the deadline is the largest LT of the open links plus C", "[ltp]") {
@@ -230,27 +204,20 @@ TEST_CASE("LTP: the deadline is the largest LT of the open links plus C", "[ltp]
   // still delivers everything, so every close is "complete" and the links
   // report a finite LT.
   const size_t n = 1 << 16;
-  Recorder rx(2 * n);
+  SimRun run(9);
+  Recorder rx(2 * n, &run.clock());
   EndpointConfig sc = Config();
-  auto server = Endpoint::Create(sc, &rx);
-  REQUIRE(server.ok());
-  auto a = Endpoint::Create(Config(), nullptr);
-  auto b = Endpoint::Create(Config(), nullptr);
-  REQUIRE(a.ok());
-  REQUIRE(b.ok());
+  Endpoint* server = run.Add(sc, &rx);
+  Endpoint* a = run.Add(Config(), nullptr);
+  Endpoint* b = run.Add(Config(), nullptr);
   const auto data = Pattern(n, 9);
   for (uint32_t it = 0; it < 4; ++it) {
-    auto ha = (*a)->Send((*server)->local(), it, Packets(data, Config().payload_floats()), Lossy());
-    auto hb = (*b)->Send((*server)->local(), it, Packets(data, Config().payload_floats()), Lossy());
-    REQUIRE(ha->Wait(absl::Seconds(10)));
-    REQUIRE(hb->Wait(absl::Seconds(10)));
+    auto ha = a->Send(server->local(), it, Packets(data, Config().payload_floats()), Lossy());
+    auto hb = b->Send(server->local(), it, Packets(data, Config().payload_floats()), Lossy());
+    REQUIRE(run.RunUntil([&] { return ha->done() && hb->done(); }, absl::Seconds(10)));
   }
-  REQUIRE(rx.WaitFlows(8, absl::Seconds(5)));
-  EndpointStats st = (*server)->GetStats();
-  for (int i = 0; i < 100 && st.lossy_closes[size_t(CloseReason::kComplete)] < 8; ++i) {
-    absl::SleepFor(absl::Milliseconds(10));  // stats are published every millisecond
-    st = (*server)->GetStats();
-  }
+  REQUIRE(run.RunUntil([&] { return rx.results().size() == 8; }, absl::Seconds(5)));
+  const EndpointStats st = server->GetStats();
   CHECK(st.lossy_closes[size_t(CloseReason::kComplete)] == 8);
   REQUIRE(st.links.size() == 2);
   for (const LinkEstimate& l : st.links) {
@@ -262,23 +229,20 @@ TEST_CASE("LTP: the deadline is the largest LT of the open links plus C", "[ltp]
 
 TEST_CASE("reliable flows stay exact under 30% loss next to LTP ones (pull)", "[ltp]") {
   const size_t n = 1 << 17;
-  Recorder rx(2 * n);
+  SimRun run(21);
+  Recorder rx(2 * n, &run.clock());
   EndpointConfig sc = Config();
   sc.early_close.lt_fixed_us = 1000;
   sc.early_close.slack_us = 1000;
-  sc.impairment.loss = 0.3;
-  auto server = Endpoint::Create(sc, &rx);
-  REQUIRE(server.ok());
+  Endpoint* server = run.Add(sc, &rx);
+  run.net().SetEgress(server->local(), Loss(0.3));
   EndpointConfig cc = Config();
-  cc.impairment.loss = 0.3;
-  cc.impairment.seed = 21;
-  auto client = Endpoint::Create(cc, nullptr);
-  REQUIRE(client.ok());
+  Endpoint* client = run.Add(cc, nullptr);
+  run.net().SetEgress(client->local(), Loss(0.3));
   const auto data = Pattern(2 * n, 10);
   // The reliable flow (no SendOptions) ignores Early Close entirely.
-  auto h = (*client)->Send((*server)->local(), 0, Packets(data, cc.payload_floats()));
-  REQUIRE(h->Wait(absl::Seconds(60)));
-  REQUIRE(rx.WaitFlows(1, absl::Seconds(5)));
+  auto h = client->Send(server->local(), 0, Packets(data, cc.payload_floats()));
+  REQUIRE(run.RunUntil([&] { return h->done() && rx.results().size() == 1; }, absl::Seconds(60)));
   CHECK(rx.results()[0].reason == CloseReason::kComplete);
   CHECK(rx.buf() == data);
 }

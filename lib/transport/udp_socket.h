@@ -19,44 +19,10 @@
 
 #include "absl/status/statusor.h"
 #include "lib/base/net_address.h"
+#include "lib/transport/datagram_socket.h"
 
 namespace hetps {
 namespace transport {
-
-// An IPv4 address and port in network byte order, comparable and hashable.
-struct Peer {
-  uint32_t ip = 0;    // network byte order
-  uint16_t port = 0;  // network byte order
-  bool operator==(const Peer& o) const { return ip == o.ip && port == o.port; }
-  bool operator!=(const Peer& o) const { return !(*this == o); }
-  template <typename H>
-  friend H AbslHashValue(H h, const Peer& p) {
-    return H::combine(std::move(h), p.ip, p.port);
-  }
-  sockaddr_in ToSockaddr() const;
-  static Peer FromSockaddr(const sockaddr_in& a);
-  std::string ToString() const;
-};
-
-// Resolves a numeric IPv4 "a.b.c.d:port" (or "localhost:port").
-absl::StatusOr<Peer> ResolvePeer(const HostPort& addr);
-
-// Sent as one datagram: `head` then `body` (gathered by the kernel, so a
-// payload goes out straight from the caller's buffer).
-struct OutDatagram {
-  Peer to;
-  const uint8_t* head = nullptr;
-  size_t head_len = 0;
-  const uint8_t* body = nullptr;
-  size_t body_len = 0;
-};
-
-struct InDatagram {
-  Peer from;
-  uint8_t* data = nullptr;  // points into the socket's receive buffers
-  size_t len = 0;
-  bool truncated = false;  // larger than the receive slot (MSG_TRUNC)
-};
 
 struct UdpSocketOptions {
   size_t buffer_bytes = 8u << 20;  // SO_SNDBUF and SO_RCVBUF
@@ -71,19 +37,19 @@ struct UdpSocketOptions {
 constexpr size_t kGsoSegmentsMax = 64;
 constexpr size_t kGsoBytesMax = 65000;
 
-class UdpSocket {
+class UdpSocket final : public DatagramSocket {
  public:
   // Binds `addr` (port 0: any free port). buffer_bytes sizes SO_SNDBUF and
   // SO_RCVBUF (forced past rmem_max when running as root). An offload the
   // kernel refuses is turned off, not an error.
   static absl::StatusOr<std::unique_ptr<UdpSocket>> Create(const HostPort& addr,
                                                            const UdpSocketOptions& options);
-  ~UdpSocket();
+  ~UdpSocket() override;
   UdpSocket(const UdpSocket&) = delete;
   UdpSocket& operator=(const UdpSocket&) = delete;
 
-  int fd() const { return fd_; }
-  Peer local() const { return local_; }
+  int fd() const override { return fd_; }
+  Peer local() const override { return local_; }
 
   bool gso() const { return gso_; }
   bool gro() const { return gro_; }
@@ -93,12 +59,12 @@ class UdpSocket {
   // the same length (the run's last may be shorter) is one message. Returns
   // how many datagrams left (fewer when the socket buffer is full); errors
   // other than EAGAIN are returned as a negative errno.
-  int SendBatch(const OutDatagram* d, size_t n);
+  int SendBatch(const OutDatagram* d, size_t n) override;
   // Receives up to batch_max messages without blocking; a coalesced message
   // becomes one InDatagram per original datagram. The views stay valid until
   // the next RecvBatch. Returns the number of messages (0: nothing waiting,
   // batch_max: more may be waiting), or a negative errno.
-  int RecvBatch(std::vector<InDatagram>* out);
+  int RecvBatch(std::vector<InDatagram>* out) override;
 
  private:
   UdpSocket(int fd, const UdpSocketOptions& o);

@@ -1,0 +1,80 @@
+// DatagramSocket: what the data-plane Endpoint sends and receives through.
+// UdpSocket (udp_socket.h) is the kernel's; SimSocket (sim_network.h) is a
+// seeded simulated network for tests, the endpoint fuzzer and replays.
+// Implementations are not thread-safe: one owner thread (the endpoint's,
+// or whoever drives a threadless endpoint).
+#ifndef HETPS_LIB_TRANSPORT_DATAGRAM_SOCKET_H_
+#define HETPS_LIB_TRANSPORT_DATAGRAM_SOCKET_H_
+
+#include <netinet/in.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/base/net_address.h"
+
+namespace hetps {
+namespace transport {
+
+// An IPv4 address and port in network byte order, comparable and hashable.
+struct Peer {
+  uint32_t ip = 0;    // network byte order
+  uint16_t port = 0;  // network byte order
+  bool operator==(const Peer& o) const { return ip == o.ip && port == o.port; }
+  bool operator!=(const Peer& o) const { return !(*this == o); }
+  template <typename H>
+  friend H AbslHashValue(H h, const Peer& p) {
+    return H::combine(std::move(h), p.ip, p.port);
+  }
+  sockaddr_in ToSockaddr() const;
+  static Peer FromSockaddr(const sockaddr_in& a);
+  std::string ToString() const;
+};
+
+// Resolves a numeric IPv4 "a.b.c.d:port" (or "localhost:port").
+absl::StatusOr<Peer> ResolvePeer(const HostPort& addr);
+
+// Sent as one datagram: `head` then `body` (gathered by the kernel, so a
+// payload goes out straight from the caller's buffer).
+struct OutDatagram {
+  Peer to;
+  const uint8_t* head = nullptr;
+  size_t head_len = 0;
+  const uint8_t* body = nullptr;
+  size_t body_len = 0;
+};
+
+struct InDatagram {
+  Peer from;
+  uint8_t* data = nullptr;  // points into the socket's receive buffers
+  size_t len = 0;
+  bool truncated = false;  // larger than the receive slot (MSG_TRUNC)
+};
+
+class DatagramSocket {
+ public:
+  virtual ~DatagramSocket() = default;
+  virtual Peer local() const = 0;
+  // Sends d[0..n) in order; returns how many left (fewer when the socket
+  // has no room now), or a negative errno.
+  virtual int SendBatch(const OutDatagram* d, size_t n) = 0;
+  // Receives what is waiting, without blocking; the views stay valid until
+  // the next RecvBatch. Returns the number of messages (0: nothing; the
+  // socket's batch_max: more may be waiting), or a negative errno.
+  virtual int RecvBatch(std::vector<InDatagram>* out) = 0;
+  // A descriptor that polls readable when RecvBatch has something and
+  // writable when SendBatch has room.
+  virtual int fd() const = 0;
+  // The earliest time (Clock::MonotonicMicros) a datagram already on its
+  // way becomes receivable without fd() saying so; UINT64_MAX: none (a
+  // kernel socket: poll fd()).
+  virtual uint64_t next_arrival_us() const { return UINT64_MAX; }
+};
+
+}  // namespace transport
+}  // namespace hetps
+
+#endif  // HETPS_LIB_TRANSPORT_DATAGRAM_SOCKET_H_

@@ -1,0 +1,148 @@
+// SimNetwork: each link's fate of a datagram depends only on the seed, the
+// two addresses and the datagram's place on that link; delay, jitter
+// (reordering), duplication, rate and drop-tail behave as specified.
+#include "lib/transport/sim_network.h"
+
+#include <arpa/inet.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+
+namespace hetps {
+namespace transport {
+namespace {
+
+Peer Addr(uint32_t host, uint16_t port = 7000) { return Peer{htonl(0x0A000000u + host), htons(port)}; }
+
+void SendN(SimSocket& from, const Peer& to, int n, size_t bytes = 100) {
+  std::vector<uint8_t> buf(bytes);
+  for (int i = 0; i < n; ++i) {
+    std::memcpy(buf.data(), &i, sizeof(i));
+    OutDatagram d{to, buf.data(), buf.size(), nullptr, 0};
+    REQUIRE(from.SendBatch(&d, 1) == 1);
+  }
+}
+
+// Every datagram receivable now, as the int each one starts with.
+std::vector<int> Drain(SimSocket& s) {
+  std::vector<int> got;
+  std::vector<InDatagram> in;
+  while (s.RecvBatch(&in) > 0) {
+    for (const InDatagram& d : in) {
+      int v;
+      std::memcpy(&v, d.data, sizeof(v));
+      got.push_back(v);
+    }
+  }
+  return got;
+}
+
+TEST_CASE("a seeded link drops the same datagrams in every run", "[sim]") {
+  std::vector<int> runs[2];
+  for (auto& got : runs) {
+    FakeClock clock;
+    SimNetwork net(&clock, 42);
+    auto a = net.Open(Addr(1));
+    auto b = net.Open(Addr(2));
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    LinkImpairment lossy;
+    lossy.loss = 0.3;
+    net.SetLink(Addr(1), Addr(2), lossy);
+    SendN(**a, Addr(2), 1000);
+    clock.Advance(absl::Milliseconds(1));
+    got = Drain(**b);
+    const SimStats st = net.stats();
+    CHECK(st.sent == 1000);
+    CHECK(st.lost + st.delivered == 1000);
+  }
+  CHECK(runs[0] == runs[1]);
+  // About 30% lost with this seed; exact for the seed, so not luck.
+  CHECK(runs[0].size() > 600);
+  CHECK(runs[0].size() < 800);
+  // Another seed, another pattern.
+  FakeClock clock;
+  SimNetwork net(&clock, 43);
+  auto a = net.Open(Addr(1));
+  auto b = net.Open(Addr(2));
+  LinkImpairment lossy;
+  lossy.loss = 0.3;
+  net.SetLink(Addr(1), Addr(2), lossy);
+  SendN(**a, Addr(2), 1000);
+  clock.Advance(absl::Milliseconds(1));
+  CHECK(Drain(**b) != runs[0]);
+}
+
+TEST_CASE("delay holds datagrams; jitter reorders them; duplicates arrive twice", "[sim]") {
+  FakeClock clock;
+  SimNetwork net(&clock, 7);
+  auto a = net.Open(Addr(1));
+  auto b = net.Open(Addr(2));
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  LinkImpairment imp;
+  imp.delay_us = 5000;
+  imp.jitter_us = 3000;
+  imp.duplicate = 0.2;
+  net.SetLink(Addr(1), Addr(2), imp);
+  SendN(**a, Addr(2), 200);
+  clock.Advance(absl::Microseconds(4999));
+  CHECK(Drain(**b).empty());
+  CHECK((*b)->next_arrival_us() >= clock.MonotonicMicros());
+  clock.Advance(absl::Milliseconds(4));
+  const std::vector<int> got = Drain(**b);
+  CHECK(net.stats().duplicated > 0);
+  CHECK(got.size() == 200 + net.stats().duplicated);
+  CHECK(!std::is_sorted(got.begin(), got.end()));
+  CHECK((*b)->next_arrival_us() == UINT64_MAX);
+}
+
+TEST_CASE("a rate-limited link serialises and drops at the tail of its queue", "[sim]") {
+  FakeClock clock;
+  SimNetwork net(&clock, 1);
+  auto a = net.Open(Addr(1));
+  auto b = net.Open(Addr(2));
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  LinkImpairment imp;
+  imp.delay_us = 0;
+  imp.rate_bps = 8'000'000;       // 1 byte per microsecond
+  imp.queue_bytes_max = 10'000;  // 10 ms of queue
+  net.SetLink(Addr(1), Addr(2), imp);
+  SendN(**a, Addr(2), 200, 1000);  // 200 ms of data at once
+  const SimStats st = net.stats();
+  CHECK(st.queue_dropped > 150);
+  CHECK(st.queue_dropped < 200);
+  clock.Advance(absl::Microseconds(1000));
+  CHECK(Drain(**b).size() == 1);  // one 1000-byte datagram per millisecond
+  clock.Advance(absl::Milliseconds(100));
+  CHECK(Drain(**b).size() == 200 - st.queue_dropped - 1);
+}
+
+TEST_CASE("addresses: taken ports refused, port 0 picks one, unroutable counted", "[sim]") {
+  FakeClock clock;
+  SimNetwork net(&clock, 1);
+  auto a = net.Open(Addr(1));
+  REQUIRE(a.ok());
+  CHECK(!net.Open(Addr(1)).ok());
+  auto any = net.Open(Addr(1, 0));
+  REQUIRE(any.ok());
+  CHECK((*any)->local().port != 0);
+  SendN(**a, Addr(9), 3);
+  CHECK(net.stats().unroutable == 3);
+  // Injected datagrams come from any address.
+  const uint8_t bytes[4] = {1, 0, 0, 0};
+  net.Inject(Addr(200, 1), Addr(1), bytes, sizeof(bytes));
+  clock.Advance(absl::Milliseconds(1));
+  std::vector<InDatagram> in;
+  REQUIRE((*a)->RecvBatch(&in) == 1);
+  CHECK(in[0].from == Addr(200, 1));
+  CHECK(in[0].len == 4);
+  // A closed socket's address is free again.
+  a->reset();
+  CHECK(net.Open(Addr(1)).ok());
+}
+
+}  // namespace
+}  // namespace transport
+}  // namespace hetps
