@@ -5,7 +5,10 @@
 //   raw:   sendmmsg blast of the bytes (head + body from the sender's buffer,
 //          as hetps sends them) in datagrams of packet_bytes, receiver
 //          recvmmsg counting what arrives (no ACKs, no pacing, losses ignored)
-//   hetps: Endpoint flows (every byte delivered, per-packet ACKs)
+//   hetps: Endpoint flows (every byte delivered, per-packet ACKs), every
+//          datagram authenticated (AES-256-GCM tag, replay window)
+//   hetps-noauth: the same with authentication off (tags zero, unchecked):
+//          the MAC's cost is the ratio hetps / hetps-noauth (goal >= 0.85)
 //
 //   both also with UDP GSO/GRO (udp_socket.h), hetps's default
 //
@@ -138,10 +141,13 @@ struct HetpsResult {
 };
 
 HetpsResult HetpsGoodputGbps(size_t bytes_each, int senders, uint32_t packet_bytes, bool offload,
-                             bool verbose) {
+                             bool authenticate, bool verbose) {
   EndpointConfig c;
   c.gso = c.gro = offload;
-  c.session = 42;
+  c.authenticate = authenticate;
+  auto key = RandomKeyBytes();
+  if (!key.ok()) return {};
+  c.key = *DataKeyFromBytes(1, *key);
   c.packet_bytes = packet_bytes;
   c.socket_buffer_bytes = 32u << 20;
   Sink sink(16u << 20);
@@ -215,27 +221,34 @@ int Main(int argc, char** argv) {
               packet_bytes, repeats);
   std::printf(
       "raw: sendmmsg blast; raw+off: the same with UDP GSO/GRO; hetps: Endpoint flows with\n"
-      "offloads (default); hetps-plain: without. Ratios are medians over back-to-back runs.\n");
-  std::printf("%-7s %8s %8s %8s %11s %12s %13s %6s\n", "shape", "raw", "raw+off", "hetps",
-              "hetps-plain", "hetps/raw", "hetps/raw+off", "retx");
+      "offloads (default) and authentication; hetps-plain: without offloads; noauth: offloads,\n"
+      "no authentication. Ratios are medians of each run's ratio over back-to-back runs.\n");
+  std::printf("%-7s %8s %8s %8s %11s %8s %12s %13s %11s %6s\n", "shape", "raw", "raw+off",
+              "hetps", "hetps-plain", "noauth", "hetps/raw", "hetps/raw+off", "auth/noauth",
+              "retx");
   for (int senders : {1, 2}) {
     const size_t each = (mb << 20) / senders;
-    std::vector<double> raw, raw_off, ours, plain, ratio, ratio_off;
+    std::vector<double> raw, raw_off, ours, plain, noauth, ratio, ratio_off, ratio_auth;
     uint64_t retx = 0;
     for (int r = 0; r < repeats; ++r) {
       raw.push_back(only_hetps ? 0 : RawGoodputGbps(each, senders, packet_bytes, false));
       raw_off.push_back(only_hetps ? 0 : RawGoodputGbps(each, senders, packet_bytes, true));
-      HetpsResult h = HetpsGoodputGbps(each, senders, packet_bytes, true, verbose);
-      HetpsResult p = only_hetps ? HetpsResult{}
-                                 : HetpsGoodputGbps(each, senders, packet_bytes, false, verbose);
+      HetpsResult h = HetpsGoodputGbps(each, senders, packet_bytes, true, true, verbose);
+      HetpsResult n = HetpsGoodputGbps(each, senders, packet_bytes, true, false, verbose);
+      HetpsResult p = only_hetps
+                          ? HetpsResult{}
+                          : HetpsGoodputGbps(each, senders, packet_bytes, false, true, verbose);
       ours.push_back(h.gbps);
       plain.push_back(p.gbps);
+      noauth.push_back(n.gbps);
+      ratio_auth.push_back(n.gbps > 0 ? h.gbps / n.gbps : 0);
       ratio.push_back(raw.back() > 0 ? h.gbps / raw.back() : 0);
       ratio_off.push_back(raw_off.back() > 0 ? h.gbps / raw_off.back() : 0);
       retx += h.retransmissions;
     }
-    std::printf("%d-to-1  %8.2f %8.2f %8.2f %11.2f %12.2f %13.2f %6llu\n", senders, Median(raw),
-                Median(raw_off), Median(ours), Median(plain), Median(ratio), Median(ratio_off),
+    std::printf("%d-to-1  %8.2f %8.2f %8.2f %11.2f %8.2f %12.2f %13.2f %11.2f %6llu\n", senders,
+                Median(raw), Median(raw_off), Median(ours), Median(plain), Median(noauth),
+                Median(ratio), Median(ratio_off), Median(ratio_auth),
                 static_cast<unsigned long long>(retx / repeats));
     std::fflush(stdout);
   }

@@ -38,7 +38,15 @@
 namespace hetps {
 namespace {
 
-constexpr uint64_t kSession = 0x1CA57u;
+// Every process of a run uses this key: a benchmark's, never a job's
+// (schedd draws those at random).
+transport::DataKey BenchKey() {
+  transport::DataKey k;
+  k.id = 7;
+  k.bytes.fill(0xB5);
+  k.set = true;
+  return k;
+}
 constexpr uint32_t kChunkFloats = 16384;  // as the default job
 
 double Mono() {
@@ -59,6 +67,7 @@ struct Flags {
   int64_t room = -1;        // congestion room_restart: 0 off, 1 on, < 0 default
   int64_t ack_prefix = -1;  // ACKs carry the prefix: 0 off, 1 on, < 0 default
   int64_t ack_echo = -1;    // ACKs repeat the previous ACK: 0 off, 1 on, < 0 default
+  int64_t auth = 1;         // datagrams authenticated: 1 (default), 0 off (A/B of its cost)
 };
 
 [[noreturn]] void Usage(const std::string& why) {
@@ -69,8 +78,8 @@ struct Flags {
                "  --transport=ltp|reliable|tcp [--tcp_cc=cubic|bbr] --model_mb=21 "
                "--iterations=4\n"
                "  --ltp_slack_ms=30 --ltp_min_delivered=0.8 --seconds=5 --trace=false\n"
-               "  --ack_every=16 --room=1 --ack_prefix=1 --ack_echo=1 (A/B of the endpoint's\n"
-               "  delayed ACKs, room restarts, ACK prefix, ACK echo)\n",
+               "  --ack_every=16 --room=1 --ack_prefix=1 --ack_echo=1 --auth=1 (A/B of the\n"
+               "  endpoint's delayed ACKs, room restarts, ACK prefix, ACK echo, authentication)\n",
                why.c_str());
   std::exit(2);
 }
@@ -113,6 +122,8 @@ Flags Parse(int argc, char** argv) {
       ok = absl::SimpleAtoi(v, &f.ack_prefix) && (f.ack_prefix == 0 || f.ack_prefix == 1);
     } else if (k == "ack_echo") {
       ok = absl::SimpleAtoi(v, &f.ack_echo) && (f.ack_echo == 0 || f.ack_echo == 1);
+    } else if (k == "auth") {
+      ok = absl::SimpleAtoi(v, &f.auth) && (f.auth == 0 || f.auth == 1);
     } else if (k == "trace") {
       ok = absl::SimpleAtob(v, &f.trace);
     } else {
@@ -151,7 +162,8 @@ transport::EndpointConfig EndpointFor(const Flags& f) {
   auto hp = ParseHostPort(f.listen);
   if (!hp.ok()) Usage("--listen: " + std::string(hp.status().message()));
   c.bind = *hp;
-  c.session = kSession;
+  c.key = BenchKey();
+  c.authenticate = f.auth == 1;
   // A shaper and a random-drop filter sit on the link: they must see each
   // datagram as its own packet.
   c.gso = false;

@@ -11,6 +11,8 @@ PACKAGES=(
   # Control plane and libraries.
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev prometheus-cpp-dev libyaml-cpp-dev zlib1g-dev
+  # Data-plane MAC (AES-GCM), TLS certificates for the control plane.
+  libssl-dev openssl libsodium-dev
   # CPU training backend: OpenBLAS sgemm.
   libopenblas-dev
   # Real training data: Fashion-MNIST (IDX, gzip) in /usr/share/datasets.

@@ -83,9 +83,11 @@ class Psd::Jobs final : public JobRunner {
     ASSIGN_OR_RETURN(std::unique_ptr<train::Model> model,
                      train::Model::Create(model_spec, cpu.get(), 1));
     const std::vector<float> init = model->InitialParameters(spec.seed);
+    ASSIGN_OR_RETURN(transport::DataKey key,
+                     transport::DataKeyFromBytes(uint8_t(a.data_key_id()), a.data_key()));
     ASSIGN_OR_RETURN(
         transport::Transport * data,
-        SelectJobTransport(spec, a.session(), psd_->endpoint_.get(), psd_->tcp_.get()));
+        SelectJobTransport(spec, key, psd_->endpoint_.get(), psd_->tcp_.get()));
     MarkReady();
 
     v1::JobAssignment latest = a;

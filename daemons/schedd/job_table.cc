@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lib/job/job_spec.h"
+#include "lib/transport/packet_auth.h"
 
 namespace hetps {
 namespace {
@@ -79,8 +80,12 @@ absl::StatusOr<v1::JobStatus> JobTable::Submit(const v1::SubmitJobRequest& req,
                                submitted_));
   // The text every member parses: the canonical form of what was validated.
   a.set_spec_yaml(JobSpecToYaml(*spec));
-  std::random_device rd;
-  a.set_session((uint64_t(rd()) << 32) ^ rd() ^ submitted_);
+  // A fresh key per job; the id tells a late datagram of the previous job
+  // (stale_key) from a forged one.
+  absl::StatusOr<std::string> key = transport::RandomKeyBytes();
+  if (!key.ok()) return key.status();
+  a.set_data_key(*key);
+  a.set_data_key_id(uint32_t(submitted_ & 0xFF));
   a.set_roster_version(1);
   a.set_state(v1::JOB_STATE_STARTING);
   auto add = [&](const NodeRecord* n, uint32_t rank, v1::JobMember* out) {

@@ -77,8 +77,10 @@ class Workerd::Jobs final : public JobRunner {
       ASSIGN_OR_RETURN(transport::Peer p, transport::ResolvePeer(hp));
       c.servers.push_back(p);
     }
+    ASSIGN_OR_RETURN(transport::DataKey key,
+                     transport::DataKeyFromBytes(uint8_t(a.data_key_id()), a.data_key()));
     ASSIGN_OR_RETURN(transport::Transport * data,
-                     SelectJobTransport(spec, a.session(), w_->endpoint_.get(), w_->tcp_.get()));
+                     SelectJobTransport(spec, key, w_->endpoint_.get(), w_->tcp_.get()));
     c.endpoint = data->config();
     c.evaluate = rank == 0;
     // Rounds start once every member is ready: allow for slow starters.

@@ -80,6 +80,9 @@ absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
     freeaddrinfo(res);
     advertised.host = ip;
   }
+  // Our datagrams' tags cover the address peers know us by.
+  ASSIGN_OR_RETURN(transport::Peer self, transport::ResolvePeer(HostPort{advertised.host, 0}));
+  ec.advertise_ip = self.ip;
   absl::StatusOr<std::unique_ptr<transport::Endpoint>> ep =
       transport::Endpoint::Create(ec, receiver);
   if (!ep.ok()) {
@@ -107,11 +110,12 @@ absl::StatusOr<std::unique_ptr<transport::TcpEndpoint>> CreateTcpDataEndpoint(
   return tcp;
 }
 
-absl::StatusOr<transport::Transport*> SelectJobTransport(const JobSpec& spec, uint64_t session,
+absl::StatusOr<transport::Transport*> SelectJobTransport(const JobSpec& spec,
+                                                         const transport::DataKey& key,
                                                          transport::Endpoint* udp,
                                                          transport::TcpEndpoint* tcp) {
-  udp->SetSession(session);
-  if (tcp != nullptr) tcp->SetSession(session);
+  udp->SetKey(key);
+  if (tcp != nullptr) tcp->SetKey(key);
   if (transport::TransportKindFor(spec.transport) == transport::TransportKind::kUdp) return udp;
   if (tcp == nullptr) {
     return absl::FailedPreconditionError(

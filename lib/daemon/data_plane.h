@@ -46,9 +46,10 @@ absl::StatusOr<std::unique_ptr<transport::TcpEndpoint>> CreateTcpDataEndpoint(
     const DataPlaneConfig& config, const transport::Endpoint& udp, transport::Receiver* receiver);
 
 // The transport a job runs over (UDP for reliable and ltp, TCP for tcp),
-// with the job's session token set on both and its congestion control on
-// TCP. An error when the job wants TCP and this node has it off.
-absl::StatusOr<transport::Transport*> SelectJobTransport(const JobSpec& spec, uint64_t session,
+// with the job's data key set on both and its congestion control on TCP.
+// An error when the job wants TCP and this node has it off.
+absl::StatusOr<transport::Transport*> SelectJobTransport(const JobSpec& spec,
+                                                         const transport::DataKey& key,
                                                          transport::Endpoint* udp,
                                                          transport::TcpEndpoint* tcp);
 

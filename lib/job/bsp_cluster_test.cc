@@ -32,7 +32,7 @@ struct Cluster {
           double loss = 0) {
     train::SetCpuThreads(1);  // several trainers share this machine's cores
     transport::EndpointConfig ec;
-    ec.session = kSession;
+    ec.key = transport::testing::TestKey();
     if (loss > 0) {
       transport::LinkImpairment imp;
       imp.loss = loss;

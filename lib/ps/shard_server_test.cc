@@ -70,7 +70,7 @@ TEST_CASE("LTP push with 30% loss: whole-packet bubbles, no update where nothing
   sc.optimizer.learning_rate = 1.0f;
   sc.optimizer.momentum = 0.0f;
   sc.round_deadline = absl::Seconds(20);
-  sc.endpoint.session = kSession;
+  sc.endpoint.key = transport::testing::TestKey();
   // The first pass decides: LT 1 ms after the first packet, deadline 20 ms
   // later, long before any retransmission can come back (50 ms one way).
   // The flow closes at LT if the critical packets and the last one are in, else at
@@ -100,8 +100,8 @@ TEST_CASE("LTP push with 30% loss: whole-packet bubbles, no update where nothing
 
   ParamSink sink(n, chunk);
   EndpointConfig wc;
-  wc.session = kSession;
-  wc.packet_bytes = 1402;  // 338 floats: a datagram size that is no multiple of 4
+  wc.key = transport::testing::TestKey();
+  wc.packet_bytes = 1402;  // 332 floats: a datagram size that is no multiple of 4
   wc.congestion.initial_rate_bps = 10'000'000'000;  // the whole push in the first window
   transport::LinkImpairment imp;
   imp.loss = 0.3;
@@ -110,7 +110,7 @@ TEST_CASE("LTP push with 30% loss: whole-packet bubbles, no update where nothing
   auto worker = transport::testing::SimEndpoint(net, worker_addr, wc, &sink, RealClock::Get());
   REQUIRE(worker.ok());
   const uint32_t pf = wc.payload_floats();
-  REQUIRE(pf == 338);
+  REQUIRE(pf == 332);
 
   (*server)->SetWorkers({(*worker)->local()});
   (*server)->Start();

@@ -15,6 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "lib/base/splitmix.h"
 #include "lib/base/status_macros.h"
 #include "lib/transport/recv_budget.h"
 #include "lib/transport/udp_socket.h"
@@ -212,16 +213,21 @@ struct Endpoint::Impl {
       : config(c),
         receiver(r),
         clock(clk),
-        session(c.session),
+        seed(seed),
+        key_shared(c.key),
         early_close(c.early_close),
         early_close_shared(c.early_close),
+        auth(c.authenticate,
+             [this] { return this->seed != 0 ? Mix64(this->seed + ++sender_draws) : RandomU64(); }),
         budget(c.recv_peer_bytes_max, c.recv_bytes_max),
         flow_counter(static_cast<uint32_t>(seed != 0 ? seed : std::random_device{}())) {}
 
   const EndpointConfig config;
   Receiver* const receiver;
   const Clock* const clock;
+  const uint64_t seed;  // nonzero: sender nonces derive from it (simulations)
   std::unique_ptr<DatagramSocket> socket;
+  Peer self;  // our address as peers know it: what our tags cover
   int wake_fd = -1;  // threaded endpoints: Send and Shutdown wake the thread
 
   // Shared with other threads.
@@ -230,12 +236,15 @@ struct Endpoint::Impl {
   std::vector<uint32_t> cancelled ABSL_GUARDED_BY(mu);
   EndpointStats published ABSL_GUARDED_BY(mu);
   std::atomic<bool> stop{false};  // read every loop iteration: no lock
-  std::atomic<uint64_t> session;  // SetSession may change it between jobs
+  DataKey key_shared ABSL_GUARDED_BY(mu);  // SetKey's, taken by the thread
+  bool key_changed ABSL_GUARDED_BY(mu) = true;
   EarlyCloseConfig early_close;   // the thread's copy, refreshed from early_close_shared
   EarlyCloseConfig early_close_shared ABSL_GUARDED_BY(mu);
   size_t active_flows ABSL_GUARDED_BY(mu) = 0;
 
   // Owned by the endpoint thread.
+  uint64_t sender_draws = 0;  // seeded sender values drawn so far
+  PacketAuth auth;
   EndpointStats stats;
   absl::flat_hash_map<uint32_t, std::unique_ptr<SendFlow>> flows;
   absl::flat_hash_map<Peer, std::unique_ptr<PeerState>> peers;
@@ -353,6 +362,8 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(const EndpointConfig&
     e->impl_->socket = std::move(*sock);
   }
   e->local_ = e->impl_->socket->local();
+  e->impl_->self = e->local_;
+  if (config.advertise_ip != 0) e->impl_->self.ip = config.advertise_ip;
   e->threaded_ = env.threaded;
   if (env.threaded) {
     e->impl_->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -416,6 +427,11 @@ std::shared_ptr<SendHandle> Endpoint::Send(const Peer& to, uint32_t iteration,
       handle->Finish(absl::CancelledError("data plane: endpoint shut down"));
       return handle;
     }
+    if (!impl_->key_shared.set) {
+      handle->Finish(absl::FailedPreconditionError(
+          "data plane: no job key installed (the job's assignment carries it)"));
+      return handle;
+    }
     if (impl_->active_flows >= config_.send_flows_max) {
       handle->Finish(absl::ResourceExhaustedError(absl::StrCat(
           "data plane: ", config_.send_flows_max, " flows already in progress (send_flows_max)")));
@@ -437,7 +453,14 @@ void Endpoint::Cancel(const std::shared_ptr<SendHandle>& handle) {
   impl_->Wake();
 }
 
-void Endpoint::SetSession(uint64_t session) { impl_->session.store(session); }
+void Endpoint::SetKey(const DataKey& key) {
+  {
+    absl::MutexLock lock(&impl_->mu);
+    impl_->key_shared = key;
+    impl_->key_changed = true;
+  }
+  impl_->Wake();
+}
 
 absl::Status Endpoint::SetEarlyClose(const EarlyCloseConfig& config) {
   RETURN_IF_ERROR(ValidateEarlyCloseConfig(config));
@@ -449,7 +472,6 @@ absl::Status Endpoint::SetEarlyClose(const EarlyCloseConfig& config) {
   return absl::OkStatus();
 }
 
-uint64_t Endpoint::session() const { return impl_->session.load(); }
 
 EndpointStats Endpoint::GetStats() const {
   absl::MutexLock lock(&impl_->mu);
@@ -490,6 +512,12 @@ void Endpoint::Impl::TakeSubmissions(uint64_t now) {
     fresh.swap(submitted);
     cancel.swap(cancelled);
     early_close = early_close_shared;
+    if (key_changed) {
+      // A fresh sender value per key: our nonces never repeat under it,
+      // even across restarts (packet numbers start again at 0).
+      auth.SetKey(key_shared);
+      key_changed = false;
+    }
   }
   for (auto& f : fresh) {
     PeerState& ps = PeerFor(f->peer);
@@ -541,7 +569,9 @@ void Endpoint::Impl::QueueControl(const Peer& to, PacketType type, const Header&
   }
   Header h;
   h.type = type;
-  h.session = session.load(std::memory_order_relaxed);
+  h.key_id = auth.key_id();
+  h.packet_number = auth.NextPacketNumber();
+  h.sender = auth.sender();
   h.flow_id = about.flow_id;
   h.seq = about.seq;
   h.total_packets = about.total_packets;
@@ -689,8 +719,9 @@ void Endpoint::Impl::Receive(uint64_t now) {
       stats.bytes_received += d.len;
       Packet p;
       DropReason why = d.truncated ? DropReason::kOversized : Decode(d.data, d.len, &p);
-      if (why == DropReason::kNone && p.header.session != session.load(std::memory_order_relaxed)) {
-        why = DropReason::kForged;
+      // Authenticated before anything else reads it (packet_auth.h).
+      if (why == DropReason::kNone) {
+        why = auth.Verify(d.from, p.header, d.data, p.payload, p.header.payload_bytes);
       }
       if (why != DropReason::kNone) {
         ++stats.drops[size_t(why)];
@@ -718,10 +749,10 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
   const Header& h = p.header;
   const RecvKey key{from, h.flow_id};
   if (auto c = closed.find(key); c != closed.end()) {
-    // A retransmission whose ACK was lost, or a replay: never delivered
-    // twice. ACK it again so an honest sender can finish; a flow closed
-    // early gets its STOP again (the first one may have been lost).
-    ++stats.drops[size_t(DropReason::kReplayed)];
+    // A retransmission whose ACK was lost: never delivered twice. ACK it
+    // again so the sender can finish; a flow closed early gets its STOP
+    // again (the first one may have been lost).
+    ++stats.drops[size_t(DropReason::kDuplicate)];
     QueueAck(from, h, now, true);
     if (c->second.reason != CloseReason::kComplete) {
       QueueStop(from, h, c->second);
@@ -748,7 +779,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
   // The flow's last missing packet: nothing will come to share its ACK.
   QueueAck(from, h, now, f.received + 1 == f.total && !(word & bit));
   if (word & bit) {
-    ++stats.drops[size_t(DropReason::kReplayed)];
+    ++stats.drops[size_t(DropReason::kDuplicate)];
     return;
   }
   word |= bit;
@@ -1122,7 +1153,9 @@ void Endpoint::Impl::SendData(uint64_t now) {
         if (retransmission && seq >= f.critical_count) h.flags |= kFlagResent;
       }
       h.payload_bytes = static_cast<uint16_t>(span.floats * sizeof(float));
-      h.session = session.load(std::memory_order_relaxed);
+      h.key_id = auth.key_id();
+      h.packet_number = auth.NextPacketNumber();
+      h.sender = auth.sender();
       h.flow_id = fid;
       h.seq = seq;
       h.total_packets = static_cast<uint32_t>(f.packets.size());
@@ -1170,7 +1203,8 @@ uint64_t Endpoint::Impl::NextSendTime(uint64_t now) {
 void Endpoint::Impl::Flush(uint64_t now) {
   std::vector<OutDatagram>& out = flush_out;
   out.clear();
-  for (const Pending& p : pending) {
+  for (Pending& p : pending) {
+    auth.Seal(self, p.head.data(), p.body, p.body_len);
     out.push_back({p.to, p.head.data(), kHeaderBytes, p.body, p.body_len});
   }
   size_t done = 0;

@@ -20,7 +20,9 @@
 //
 // Receiving: the Receiver's callbacks run on the endpoint thread, in arrival
 // order, once per distinct packet (duplicates are dropped and re-ACKed).
-// Datagrams that fail to decode, carry the wrong session token, repeat a
+// Every datagram is authenticated under the job's key (packet_auth.h)
+// before anything else looks at it. Datagrams that fail to decode, name
+// another key, fail the tag, repeat a datagram (replay window) or a
 // delivered packet, or belong to a flow nobody accepted are dropped and
 // counted by reason (Stats::drops).
 //
@@ -53,6 +55,7 @@
 #include "lib/transport/congestion.h"
 #include "lib/transport/datagram_socket.h"
 #include "lib/transport/early_close.h"
+#include "lib/transport/packet_auth.h"
 #include "lib/transport/wire.h"
 
 namespace hetps {
@@ -60,7 +63,15 @@ namespace transport {
 
 struct EndpointConfig {
   HostPort bind{"127.0.0.1", 0};
-  uint64_t session = 0;          // token every datagram must carry
+  // The IPv4 address (network order) peers know this endpoint by, which
+  // its datagrams' tags cover; 0: the bind address (which must then not
+  // be a wildcard).
+  uint32_t advertise_ip = 0;
+  // The job's data key (also SetKey). Without one nothing is sent or
+  // accepted.
+  DataKey key;
+  // false: tags are zero and never checked (benchmarks' baseline only).
+  bool authenticate = true;
   uint32_t packet_bytes = 1400;  // datagram size, header included
   size_t socket_buffer_bytes = 8u << 20;
   uint32_t batch_max = 64;  // messages per sendmmsg / recvmmsg
@@ -281,10 +292,9 @@ class Transport {
   // Abandons a flow (its handle finishes with CANCELLED).
   virtual void Cancel(const std::shared_ptr<SendHandle>& handle) = 0;
   virtual EndpointStats GetStats() const = 0;
-  // Changes the session token for packets sent and accepted from now on
-  // (a daemon's transport outlives jobs; each job has its own token).
-  virtual void SetSession(uint64_t session) = 0;
-  virtual uint64_t session() const = 0;
+  // Installs the job's data key for datagrams sent and accepted from now
+  // on (a daemon's transport outlives jobs; each job has its own key).
+  virtual void SetKey(const DataKey& key) = 0;
   // Replaces the Early Close settings for loss-tolerant flows received from
   // now on (a job's settings); a transport without early close accepts and
   // ignores them.
@@ -327,8 +337,7 @@ class Endpoint final : public Transport {
   void Cancel(const std::shared_ptr<SendHandle>& handle) override;
 
   EndpointStats GetStats() const override;
-  void SetSession(uint64_t session) override;
-  uint64_t session() const override;
+  void SetKey(const DataKey& key) override;
   absl::Status SetEarlyClose(const EarlyCloseConfig& config) override;
   void Shutdown() override;
 

@@ -19,7 +19,6 @@ namespace hetps {
 namespace transport {
 namespace {
 
-constexpr uint64_t kSession = 0xC0FFEE1234ull;
 constexpr uint32_t kChunkFloats = 4096;
 
 using testing::Pattern;
@@ -59,7 +58,7 @@ std::vector<PacketSpan> Packets(const std::vector<float>& v, uint32_t first_chun
 
 EndpointConfig Config() {
   EndpointConfig c;
-  c.session = kSession;
+  c.key = testing::TestKey();
   return c;
 }
 
@@ -121,7 +120,7 @@ TEST_CASE("a 4 MB flow arrives exactly over a clean path", "[endpoint]") {
   CHECK(rx.critical() == 2 * int(n / kChunkFloats));
   auto st = server->GetStats();
   for (int r = 1; r < int(DropReason::kCount); ++r) {
-    if (DropReason(r) != DropReason::kReplayed) CHECK(st.drops[r] == 0);
+    if (DropReason(r) != DropReason::kDuplicate) CHECK(st.drops[r] == 0);
   }
   CHECK(st.recv_state_bytes == 0);  // the closed flow gave its budget back
 }
@@ -136,7 +135,9 @@ TEST_CASE("loss, delay, reordering and duplication: still exact, with retransmis
   CHECK(f.net.lost > 0);
   CHECK(f.net.duplicated > 0);
   CHECK(f.client.retransmissions > 0);
-  CHECK(f.server.drops[size_t(DropReason::kReplayed)] > 0);  // duplicates never delivered twice
+  // The network's duplicates are the same datagrams: the replay window
+  // drops them; never delivered twice.
+  CHECK(f.server.drops[size_t(DropReason::kReplayed)] > 0);
   CHECK(f.client.peers[0].rtprop_us >= 2000);                // sees the path's delay
 }
 
@@ -272,13 +273,6 @@ TEST_CASE("two senders into one receiver (incast)", "[endpoint]") {
   CHECK(std::equal(db.begin(), db.end(), rx.buf().begin() + n));
 }
 
-std::vector<uint8_t> Datagram(Header h, size_t payload) {
-  h.payload_bytes = static_cast<uint16_t>(payload);
-  std::vector<uint8_t> d(kHeaderBytes + payload, 0);
-  EncodeHeader(h, d.data());
-  return d;
-}
-
 // The receiver's max-min share of its ingress travels in its ACKs
 // (btlbw_kbps) and caps each sender's pacing (congestion.h SetRateCap).
 // Two senders at 30 Mbit/s each: once a 500 ms ingress bin is measured,
@@ -321,49 +315,57 @@ TEST_CASE("the receiver's fair share reaches its senders' caps", "[endpoint]") {
   CHECK(absl::ToDoubleSeconds(hb->elapsed()) >= floor_s);
 }
 
-TEST_CASE("truncated, oversized, forged, replayed and unexpected datagrams are counted",
+TEST_CASE("truncated, oversized, forged, replayed, stale and unexpected datagrams are counted",
           "[endpoint]") {
   SimRun run(5);
   Assembler rx(kChunkFloats);
   Endpoint* server = run.Add(Config(), &rx);
   const Peer to = server->local();
-  const Peer attacker{htonl(0xC0A80001), htons(4444)};
-  auto raw = [&](const std::vector<uint8_t>& bytes) {
-    run.net().Inject(attacker, to, bytes.data(), bytes.size());
+  const Peer member{htonl(0xC0A80001), htons(4444)};
+  auto raw = [&](const std::vector<uint8_t>& bytes, const Peer& from) {
+    run.net().Inject(from, to, bytes.data(), bytes.size());
   };
+  testing::Forger seal(testing::TestKey(), 77);                  // holds the job's key
+  testing::Forger outsider(testing::TestKey(1, 0x11), 78);        // guessed another key
+  testing::Forger old_job(testing::TestKey(2), 79);               // last job's key
   Header h;
-  h.session = kSession;
   h.flow_id = 77;
   h.total_packets = 2;
   h.iteration = 3;
-  auto good = Datagram(h, 16);
-  raw(std::vector<uint8_t>(good.begin(), good.begin() + 20));  // truncated
-  raw(std::vector<uint8_t>(kDatagramBytesMax + 100, 1));       // oversized
+  auto good = seal(h, 16, member);
+  raw(std::vector<uint8_t>(good.begin(), good.begin() + 20), member);  // truncated
+  raw(std::vector<uint8_t>(kDatagramBytesMax + 100, 1), member);       // oversized
   auto magic = good;
   magic[0] = 'X';
-  raw(magic);  // bad magic
-  Header forged = h;
-  forged.session = kSession + 1;
-  raw(Datagram(forged, 16));  // forged
+  raw(magic, member);                                  // bad magic
+  raw(outsider(h, 16, member), member);                // forged: wrong key bytes
+  auto tampered = seal(h, 16, member);
+  tampered[kHeaderBytes + 3] ^= 0x40;                  // forged: payload changed in flight
+  raw(tampered, member);
+  raw(good, Peer{member.ip, htons(4445)});             // forged: replayed from another address
+  raw(old_job(h, 16, member), member);                 // stale key
   Header refused = h;
   refused.flow_id = 78;
   refused.iteration = 666;  // the receiver refuses this flow
-  raw(Datagram(refused, 16));
-  raw(good);  // delivered
-  raw(good);  // replayed
+  raw(seal(refused, 16, member), member);
+  raw(good, member);                                   // delivered
+  raw(good, member);                                   // replayed: the same datagram
+  raw(seal(h, 16, member), member);                    // duplicate: the packet, resent
   Header odd = h;
   odd.flow_id = 79;
-  raw(Datagram(odd, 6));  // misaligned
+  raw(seal(odd, 6, member), member);                   // misaligned
   run.RunFor(absl::Milliseconds(5));
   const EndpointStats st = server->GetStats();
   auto count = [&](DropReason r) { return st.drops[size_t(r)]; };
-  CHECK(st.datagrams_received == 8);
+  CHECK(st.datagrams_received == 12);
   CHECK(count(DropReason::kTruncated) == 1);
   CHECK(count(DropReason::kOversized) == 1);
   CHECK(count(DropReason::kBadMagic) == 1);
-  CHECK(count(DropReason::kForged) == 1);
+  CHECK(count(DropReason::kForged) == 3);
+  CHECK(count(DropReason::kStaleKey) == 1);
   CHECK(count(DropReason::kUnexpected) == 1);
   CHECK(count(DropReason::kReplayed) == 1);
+  CHECK(count(DropReason::kDuplicate) == 1);
   CHECK(count(DropReason::kMisaligned) == 1);
 
   // Still serving: a real flow completes afterwards.
@@ -374,33 +376,60 @@ TEST_CASE("truncated, oversized, forged, replayed and unexpected datagrams are c
   CHECK(hs->status().ok());
 }
 
+TEST_CASE("a new key: the old job's datagrams are stale, sends need a key", "[endpoint]") {
+  SimRun run(15);
+  Assembler rx(kChunkFloats);
+  Endpoint* server = run.Add(Config(), &rx);
+  Endpoint* client = run.Add(Config(), nullptr);
+  auto data = Pattern(kChunkFloats, 5);
+  const uint32_t pf = Config().payload_floats();
+  // The client moves to the next job's key before the server: its flow is
+  // refused as stale until the server has the key too.
+  client->SetKey(testing::TestKey(2, 0x77));
+  auto h = client->Send(server->local(), 1, Packets(data, 0, pf));
+  run.RunFor(absl::Milliseconds(100));
+  CHECK(!h->done());
+  CHECK(server->GetStats().drops[size_t(DropReason::kStaleKey)] > 0);
+  server->SetKey(testing::TestKey(2, 0x77));
+  CHECK(run.RunUntil([&] { return h->done(); }, absl::Seconds(10)));
+  CHECK(h->status().ok());
+  // No key at all: nothing is sent.
+  EndpointConfig none = Config();
+  none.key = DataKey();
+  Endpoint* keyless = run.Add(none, nullptr);
+  auto refused = keyless->Send(server->local(), 1, Packets(data, 0, pf));
+  CHECK(refused->status().code() == absl::StatusCode::kFailedPrecondition);
+}
+
 // The datagrams that crashed and bloated daemons: a flow of 2^32 - 1
 // packets (a 32-bit size computation wrapped to an empty bitmap, then a
 // null read), and four of 2^32 - 256 packets for future iterations (512 MB
 // of bitmap each, never freed). The codec refuses both sizes; within the
-// bound, the receive budget caps what any sender can make us hold.
+// bound, the receive budget caps what any sender can make us hold. These
+// come from a member (they carry the job's key): the worst case.
 TEST_CASE("hostile flow sizes: refused before anything is allocated", "[endpoint]") {
   SimRun run(6);
   Assembler rx(kChunkFloats);
   Endpoint* server = run.Add(Config(), &rx);
   const Peer to = server->local();
   const Peer member{htonl(0x0A0000FE), htons(7000)};
-  auto raw = [&](const Header& h) {
-    auto d = Datagram(h, 16);
-    run.net().Inject(member, to, d.data(), d.size());
+  const Peer other{htonl(0x0A0000FD), htons(7000)};
+  testing::Forger seal(testing::TestKey(), 1);
+  auto raw = [&](const Header& h, const Peer& from) {
+    auto d = seal(h, 16, from);
+    run.net().Inject(from, to, d.data(), d.size());
   };
   Header h;
-  h.session = kSession;
   h.flow_id = 1;
   h.total_packets = 0xFFFFFFFFu;
   h.seq = 5;
   h.iteration = 1;
-  raw(h);
+  raw(h, member);
   for (uint32_t i = 0; i < 4; ++i) {
     h.flow_id = 10 + i;
     h.total_packets = 0xFFFFFF00u;
     h.iteration = 1000 + i;
-    raw(h);
+    raw(h, member);
   }
   run.RunFor(absl::Milliseconds(5));
   EndpointStats st = server->GetStats();
@@ -415,7 +444,7 @@ TEST_CASE("hostile flow sizes: refused before anything is allocated", "[endpoint
     h.flow_id = 100 + i;
     h.total_packets = kFlowPacketsMax;
     h.iteration = 1;
-    raw(h);
+    raw(h, member);
   }
   run.RunFor(absl::Milliseconds(5));
   st = server->GetStats();
@@ -423,10 +452,8 @@ TEST_CASE("hostile flow sizes: refused before anything is allocated", "[endpoint
   CHECK(st.recv_state_bytes <= Config().recv_peer_bytes_max);
   CHECK(st.drops[size_t(DropReason::kOverBudget)] == 10);
   // Another peer has its own share; the total bounds them all together.
-  const Peer other{htonl(0x0A0000FD), htons(7000)};
   h.flow_id = 5000;
-  auto d = Datagram(h, 16);
-  run.net().Inject(other, to, d.data(), d.size());
+  raw(h, other);
   run.RunFor(absl::Milliseconds(5));
   CHECK(server->GetStats().recv_state_bytes == (fit + 1) * per_flow);
   // Half-received flows are forgotten after recv_flow_idle_ms (60 s), and

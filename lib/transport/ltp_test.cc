@@ -14,7 +14,6 @@ namespace hetps {
 namespace transport {
 namespace {
 
-constexpr uint64_t kSession = 0x17E5F00Dull;
 constexpr uint32_t kChunkFloats = 4096;
 
 // Places packets at chunk_id * kChunkFloats + offset in a NaN-filled buffer
@@ -73,7 +72,7 @@ std::vector<size_t> CriticalStarts(size_t n, uint32_t payload_floats) {
 
 EndpointConfig Config() {
   EndpointConfig c;
-  c.session = kSession;
+  c.key = testing::TestKey();
   return c;
 }
 

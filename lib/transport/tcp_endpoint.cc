@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
+#include "lib/transport/packet_auth.h"
 #include "lib/transport/recv_budget.h"
 
 namespace hetps {
@@ -120,7 +121,11 @@ struct Conn {
 
 struct TcpEndpoint::Impl {
   Impl(const EndpointConfig& c, Receiver* r)
-      : config(c), receiver(r), session(c.session), flow_counter(std::random_device{}()) {
+      : config(c),
+        receiver(r),
+        flow_counter(std::random_device{}()),
+        key_shared(c.key),
+        auth(c.authenticate) {
     congestion = c.tcp_congestion;
   }
 
@@ -148,13 +153,13 @@ struct TcpEndpoint::Impl {
 
   const EndpointConfig config;
   Receiver* const receiver;
-  std::atomic<uint64_t> session;
   std::atomic<uint32_t> flow_counter;
   std::atomic<bool> stop{false};
   int listen_fd = -1;
   int epoll_fd = -1;
   int wake_fd = -1;
   uint16_t local_port = 0;  // network order
+  Peer self;                // our data address as peers know it: what our tags cover
 
   // Shared with callers.
   mutable absl::Mutex mu;
@@ -164,6 +169,11 @@ struct TcpEndpoint::Impl {
   bool congestion_changed ABSL_GUARDED_BY(mu) = false;
   std::string congestion_running ABSL_GUARDED_BY(mu);
   EndpointStats published ABSL_GUARDED_BY(mu);
+  DataKey key_shared ABSL_GUARDED_BY(mu);  // SetKey's, taken by the thread
+  bool key_changed ABSL_GUARDED_BY(mu) = true;
+
+  // Thread-only: the frames' tags and the replay windows.
+  PacketAuth auth;
 
   // Thread-only.
   absl::flat_hash_map<int, std::unique_ptr<Conn>> conns;  // by fd
@@ -223,6 +233,8 @@ absl::StatusOr<std::unique_ptr<TcpEndpoint>> TcpEndpoint::Create(const EndpointC
   getsockname(m.listen_fd, reinterpret_cast<sockaddr*>(&a), &alen);
   e->local_ = Peer::FromSockaddr(a);
   m.local_port = e->local_.port;
+  m.self = e->local_;
+  if (config.advertise_ip != 0) m.self.ip = config.advertise_ip;
   m.epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   m.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (m.epoll_fd < 0 || m.wake_fd < 0) return absl::InternalError("TCP transport: epoll failed");
@@ -270,6 +282,11 @@ std::shared_ptr<SendHandle> TcpEndpoint::Send(const Peer& to, uint32_t iteration
       handle->Finish(absl::CancelledError("TCP transport: shut down"));
       return handle;
     }
+    if (!impl_->key_shared.set) {
+      handle->Finish(absl::FailedPreconditionError(
+          "TCP transport: no job key installed (the job's assignment carries it)"));
+      return handle;
+    }
     impl_->pending.emplace_back(to, std::move(f));
   }
   impl_->Wake();
@@ -290,8 +307,14 @@ EndpointStats TcpEndpoint::GetStats() const {
   return impl_->published;
 }
 
-void TcpEndpoint::SetSession(uint64_t session) { impl_->session.store(session); }
-uint64_t TcpEndpoint::session() const { return impl_->session.load(); }
+void TcpEndpoint::SetKey(const DataKey& key) {
+  {
+    absl::MutexLock lock(&impl_->mu);
+    impl_->key_shared = key;
+    impl_->key_changed = true;
+  }
+  impl_->Wake();
+}
 
 absl::Status TcpEndpoint::SetEarlyClose(const EarlyCloseConfig& config) {
   return ValidateEarlyCloseConfig(config);  // TCP delivers everything: nothing closes early
@@ -367,6 +390,10 @@ void TcpEndpoint::Impl::TakeCommands() {
       cc = congestion;
       congestion_changed = false;
       cc_changed = true;
+    }
+    if (key_changed) {
+      auth.SetKey(key_shared);
+      key_changed = false;
     }
   }
   if (cc_changed) {
@@ -528,7 +555,6 @@ void TcpEndpoint::Impl::FillWrites(Conn* c) {
     c->wbuf.clear();
     c->woff = 0;
   }
-  const uint64_t token = session.load();
   while (!c->queue.empty() && c->wbuf.size() - c->woff < kWriteChunk) {
     OutFlow* f = c->queue.front();
     const uint32_t total = uint32_t(f->packets.size());
@@ -538,7 +564,9 @@ void TcpEndpoint::Impl::FillWrites(Conn* c) {
       h.type = PacketType::kData;
       h.flags = uint8_t((p.critical ? kFlagCritical : 0) | (f->next + 1 == total ? kFlagLast : 0));
       h.payload_bytes = uint16_t(p.floats * sizeof(float));
-      h.session = token;
+      h.key_id = auth.key_id();
+      h.packet_number = auth.NextPacketNumber();
+      h.sender = auth.sender();
       h.flow_id = f->flow_id;
       h.seq = uint32_t(f->next);
       h.total_packets = total;
@@ -547,8 +575,10 @@ void TcpEndpoint::Impl::FillWrites(Conn* c) {
       h.iteration = f->iteration;
       const size_t at = c->wbuf.size();
       c->wbuf.resize(at + kHeaderBytes + h.payload_bytes);
-      EncodeHeader(h, c->wbuf.data() + at);
-      std::memcpy(c->wbuf.data() + at + kHeaderBytes, p.data, h.payload_bytes);
+      uint8_t* head = c->wbuf.data() + at;
+      EncodeHeader(h, head);
+      std::memcpy(head + kHeaderBytes, p.data, h.payload_bytes);
+      auth.Seal(self, head, head + kHeaderBytes, h.payload_bytes);
       ++f->next;
       ++stats.data_packets_sent;
     }
@@ -651,8 +681,10 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
     return false;
   }
   const Header& h = p.header;
-  if (h.session != session.load()) {
-    ++stats.drops[size_t(DropReason::kForged)];
+  // Before anything else reads it; the stream stays in step either way.
+  if (DropReason why = auth.Verify(c->peer, h, data, p.payload, h.payload_bytes);
+      why != DropReason::kNone) {
+    ++stats.drops[size_t(why)];
     return true;
   }
   if (c->outgoing) {
@@ -663,7 +695,7 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
     }
     auto fc = flow_conn.find(h.flow_id);
     if (fc == flow_conn.end() || fc->second != c) {
-      ++stats.drops[size_t(DropReason::kReplayed)];
+      ++stats.drops[size_t(DropReason::kDuplicate)];
       return true;
     }
     const StopInfo info = DecodeStop(p);
@@ -706,7 +738,7 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
   uint64_t& word = f.bitmap[h.seq / 64];
   const uint64_t bit = uint64_t{1} << (h.seq % 64);
   if (word & bit) {
-    ++stats.drops[size_t(DropReason::kReplayed)];
+    ++stats.drops[size_t(DropReason::kDuplicate)];
     return true;
   }
   word |= bit;
@@ -723,14 +755,18 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
   Header stop;
   stop.type = PacketType::kStop;
   stop.payload_bytes = kStopPayloadBytes;
-  stop.session = h.session;
+  stop.key_id = auth.key_id();
+  stop.packet_number = auth.NextPacketNumber();
+  stop.sender = auth.sender();
   stop.flow_id = h.flow_id;
   stop.total_packets = r.total_packets;
   stop.iteration = r.iteration;
   const size_t at = c->wbuf.size();
   c->wbuf.resize(at + kHeaderBytes + kStopPayloadBytes);
-  EncodeHeader(stop, c->wbuf.data() + at);
-  EncodeStop(StopInfo{CloseReason::kComplete, r.received}, c->wbuf.data() + at + kHeaderBytes);
+  uint8_t* head = c->wbuf.data() + at;
+  EncodeHeader(stop, head);
+  EncodeStop(StopInfo{CloseReason::kComplete, r.received}, head + kHeaderBytes);
+  auth.Seal(self, head, head + kHeaderBytes, kStopPayloadBytes);
   ++stats.acks_sent;
   receiver->OnFlowDone(c->peer, r);
   return FlushWrites(c);

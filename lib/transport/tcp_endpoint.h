@@ -19,10 +19,13 @@
 // says what the kernel reports it really runs. Loss-tolerant flows are sent
 // reliably (TCP has no early close). Frames that fail to decode close the
 // connection (a byte stream cannot resynchronise) and are counted by reason
-// like datagrams; a wrong session token drops the frame.
+// like datagrams. Every frame carries the same tag as a datagram
+// (packet_auth.h) over the sender's data address (its IP as the kernel
+// reports it, its data port from the hello): a frame that names another
+// key, fails its tag or repeats a frame is skipped and counted.
 //
 // Threads: one thread runs every socket (epoll); Receiver callbacks run on
-// it. Send, Cancel, GetStats, SetSession, SetCongestion and Shutdown may be
+// it. Send, Cancel, GetStats, SetKey, SetCongestion and Shutdown may be
 // called from any thread.
 #ifndef HETPS_LIB_TRANSPORT_TCP_ENDPOINT_H_
 #define HETPS_LIB_TRANSPORT_TCP_ENDPOINT_H_
@@ -62,8 +65,7 @@ class TcpEndpoint final : public Transport {
   // retransmissions, peers (BtlBw = delivery rate, RTprop = min RTT, pacing
   // rate, cwnd) come from the kernel's TCP_INFO of each outgoing connection.
   EndpointStats GetStats() const override;
-  void SetSession(uint64_t session) override;
-  uint64_t session() const override;
+  void SetKey(const DataKey& key) override;
   absl::Status SetEarlyClose(const EarlyCloseConfig& config) override;
   void Shutdown() override;
 

@@ -19,7 +19,6 @@ namespace hetps {
 namespace transport {
 namespace {
 
-constexpr uint64_t kSession = 0x7C9u;
 constexpr uint32_t kChunkFloats = 4096;
 
 // Reassembles flows by (chunk, offset); refuses flows when told to.
@@ -68,7 +67,7 @@ class Sink : public Receiver {
 
 EndpointConfig Config() {
   EndpointConfig c;
-  c.session = kSession;
+  c.key = testing::TestKey();
   return c;
 }
 
@@ -198,19 +197,19 @@ std::vector<uint8_t> Hello(uint16_t port) {
   return h;
 }
 
-std::vector<uint8_t> DataFrame(uint64_t session, uint8_t version) {
-  std::vector<uint8_t> f(kHeaderBytes + 16);
+// A DATA frame from 127.0.0.1:port sealed under `key`, its version byte
+// set to `version`.
+std::vector<uint8_t> DataFrame(const DataKey& key, uint16_t port, uint8_t version) {
   Header h;
-  h.payload_bytes = 16;
-  h.session = session;
   h.flow_id = 1;
   h.total_packets = 2;
-  EncodeHeader(h, f.data());
+  testing::Forger seal(key, 99);
+  auto f = seal(h, 16, Peer{htonl(INADDR_LOOPBACK), htons(port)});
   f[2] = version;
   return f;
 }
 
-TEST_CASE("TCP: bad hellos, bad frames and forged sessions are counted; others still deliver",
+TEST_CASE("TCP: bad hellos, bad frames and forged frames are counted; others still deliver",
           "[tcp]") {
   Sink sink(1 << 16);
   auto server = TcpEndpoint::Create(Config(), &sink);
@@ -226,7 +225,7 @@ TEST_CASE("TCP: bad hellos, bad frames and forged sessions are counted; others s
   {
     const int fd = RawConnect(at);
     auto bytes = Hello(4000);
-    auto frame = DataFrame(kSession, 9);  // unknown version
+    auto frame = DataFrame(testing::TestKey(), 4000, 9);  // unknown version
     bytes.insert(bytes.end(), frame.begin(), frame.end());
     REQUIRE(send(fd, bytes.data(), bytes.size(), 0) == ssize_t(bytes.size()));
     CHECK(ClosedByPeer(fd));
@@ -235,7 +234,8 @@ TEST_CASE("TCP: bad hellos, bad frames and forged sessions are counted; others s
   const int forged = RawConnect(at);
   {
     auto bytes = Hello(4001);
-    auto frame = DataFrame(kSession + 1, kVersion);  // wrong session: dropped, stream kept
+    // Sealed under a key that is not the job's: dropped, stream kept.
+    auto frame = DataFrame(testing::TestKey(1, 0x11), 4001, kVersion);
     bytes.insert(bytes.end(), frame.begin(), frame.end());
     REQUIRE(send(forged, bytes.data(), bytes.size(), 0) == ssize_t(bytes.size()));
   }

@@ -23,6 +23,42 @@ namespace hetps {
 namespace transport {
 namespace testing {
 
+// A fixed data key for tests (id 1 unless asked otherwise).
+inline DataKey TestKey(uint8_t id = 1, uint8_t fill = 0x5A) {
+  DataKey k;
+  k.id = id;
+  k.bytes.fill(fill);
+  k.set = true;
+  return k;
+}
+
+// A datagram as a member holding `key` would send it from `from`: header
+// `h` (its key id, sender and packet number set here) and `payload`
+// bytes of pattern, sealed. Each call is a new datagram (next number).
+class Forger {
+ public:
+  Forger(const DataKey& key, uint64_t sender) : auth_(true, [sender] { return sender; }) {
+    auth_.SetKey(key);
+  }
+  std::vector<uint8_t> operator()(Header h, size_t payload, const Peer& from) {
+    return (*this)(h, std::vector<uint8_t>(payload, 0), from);
+  }
+  std::vector<uint8_t> operator()(Header h, const std::vector<uint8_t>& payload, const Peer& from) {
+    h.key_id = auth_.key_id();
+    h.packet_number = auth_.NextPacketNumber();
+    h.sender = auth_.sender();
+    h.payload_bytes = static_cast<uint16_t>(payload.size());
+    std::vector<uint8_t> d(kHeaderBytes + payload.size(), 0);
+    EncodeHeader(h, d.data());
+    std::copy(payload.begin(), payload.end(), d.begin() + kHeaderBytes);
+    auth_.Seal(from, d.data(), d.data() + kHeaderBytes, payload.size());
+    return d;
+  }
+
+ private:
+  PacketAuth auth_;
+};
+
 // n floats uniform in [-1, 1) from `seed`.
 inline std::vector<float> Pattern(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -60,6 +60,10 @@ const char* DropReasonName(DropReason r) {
       return "bad_flow_size";
     case DropReason::kOverBudget:
       return "over_budget";
+    case DropReason::kStaleKey:
+      return "stale_key";
+    case DropReason::kDuplicate:
+      return "duplicate";
     case DropReason::kCount:
       break;
   }
@@ -81,26 +85,29 @@ const char* CloseReasonName(CloseReason r) {
 }
 
 // Layout (offsets in bytes):
-//  0 magic u16 | 2 version u8 | 3 type u8 | 4 flags u8 | 5 reserved u8 (0)
-//  6 payload_bytes u16 | 8 session u64 | 16 flow_id u32 | 20 seq u32
-// 24 total_packets u32 | 28 chunk_id u32 | 32 chunk_offset u32
-// 36 iteration u32 | 40 rtprop_us u32 | 44 btlbw_kbps u32 | 48 payload
+//  0 magic u16 | 2 version u8 | 3 type u8 | 4 flags u8 | 5 key_id u8
+//  6 payload_bytes u16 | 8 sender u64 | 16 packet_number u64
+// 24 flow_id u32 | 28 seq u32 | 32 total_packets u32 | 36 chunk_id u32
+// 40 chunk_offset u32 | 44 iteration u32 | 48 rtprop_us u32
+// 52 btlbw_kbps u32 | 56 tag [16] | 72 payload
 void EncodeHeader(const Header& h, uint8_t* out) {
   Put16(out + 0, kMagic);
   out[2] = kVersion;
   out[3] = static_cast<uint8_t>(h.type);
   out[4] = h.flags;
-  out[5] = 0;
+  out[5] = h.key_id;
   Put16(out + 6, h.payload_bytes);
-  Put64(out + 8, h.session);
-  Put32(out + 16, h.flow_id);
-  Put32(out + 20, h.seq);
-  Put32(out + 24, h.total_packets);
-  Put32(out + 28, h.chunk_id);
-  Put32(out + 32, h.chunk_offset);
-  Put32(out + 36, h.iteration);
-  Put32(out + 40, h.rtprop_us);
-  Put32(out + 44, h.btlbw_kbps);
+  Put64(out + 8, h.sender);
+  Put64(out + 16, h.packet_number);
+  Put32(out + 24, h.flow_id);
+  Put32(out + 28, h.seq);
+  Put32(out + 32, h.total_packets);
+  Put32(out + 36, h.chunk_id);
+  Put32(out + 40, h.chunk_offset);
+  Put32(out + 44, h.iteration);
+  Put32(out + 48, h.rtprop_us);
+  Put32(out + 52, h.btlbw_kbps);
+  std::memset(out + kTagOffset, 0, kTagBytes);
 }
 
 uint32_t AckSeq(const Packet& p, size_t i) { return Get32(p.payload + 4 * i); }
@@ -135,7 +142,8 @@ DropReason Decode(const uint8_t* data, size_t len, Packet* p) {
   Header& h = p->header;
   h.type = static_cast<PacketType>(type);
   h.flags = data[4];
-  if ((h.flags & ~kFlagsKnown) != 0 || data[5] != 0) return DropReason::kBadFlags;
+  if ((h.flags & ~kFlagsKnown) != 0) return DropReason::kBadFlags;
+  h.key_id = data[5];
   h.payload_bytes = Get16(data + 6);
   if (len < kHeaderBytes + h.payload_bytes) return DropReason::kTruncated;
   if (len > kHeaderBytes + h.payload_bytes) return DropReason::kOversized;
@@ -150,10 +158,11 @@ DropReason Decode(const uint8_t* data, size_t len, Packet* p) {
   } else if (h.payload_bytes != 0) {
     return DropReason::kBadPayload;
   }
-  h.session = Get64(data + 8);
-  h.flow_id = Get32(data + 16);
-  h.seq = Get32(data + 20);
-  h.total_packets = Get32(data + 24);
+  h.sender = Get64(data + 8);
+  h.packet_number = Get64(data + 16);
+  h.flow_id = Get32(data + 24);
+  h.seq = Get32(data + 28);
+  h.total_packets = Get32(data + 32);
   if (h.total_packets == 0 || h.total_packets > kFlowPacketsMax || h.seq >= h.total_packets) {
     return DropReason::kBadSequence;
   }
@@ -161,15 +170,15 @@ DropReason Decode(const uint8_t* data, size_t len, Packet* p) {
       Get32(data + kHeaderBytes + 4) > h.total_packets) {
     return DropReason::kBadPayload;  // more packets received than the flow has
   }
-  h.chunk_id = Get32(data + 28);
-  h.chunk_offset = Get32(data + 32);
+  h.chunk_id = Get32(data + 36);
+  h.chunk_offset = Get32(data + 40);
   if (h.flags & kFlagAckPrefix) {
     if (h.type != PacketType::kAck) return DropReason::kBadFlags;
     if (h.chunk_offset > h.total_packets) return DropReason::kBadSequence;
   }
-  h.iteration = Get32(data + 36);
-  h.rtprop_us = Get32(data + 40);
-  h.btlbw_kbps = Get32(data + 44);
+  h.iteration = Get32(data + 44);
+  h.rtprop_us = Get32(data + 48);
+  h.btlbw_kbps = Get32(data + 52);
   p->payload = data + kHeaderBytes;
   return DropReason::kNone;
 }

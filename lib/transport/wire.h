@@ -1,6 +1,8 @@
-// Data-plane wire format, version 1 (spec: docs/wire-format.md).
+// Data-plane wire format, version 2 (spec: docs/wire-format.md).
 //
-// Every datagram is a fixed 48-byte header followed by a payload. All
+// Every datagram is a fixed 72-byte header followed by a payload; the
+// header ends with a 16-byte authentication tag that packet_auth.h writes
+// and checks (the codec leaves it alone: EncodeHeader zeroes it). All
 // integers are little-endian; DATA payloads are little-endian float32 values
 // (payload_bytes is a multiple of 4, so no value is ever split across
 // packets). The codec is pure: bytes in, a Packet or a DropReason out; it
@@ -16,8 +18,11 @@ namespace hetps {
 namespace transport {
 
 constexpr uint16_t kMagic = 0x5048;  // bytes 'H' 'P' on the wire
-constexpr uint8_t kVersion = 1;
-constexpr size_t kHeaderBytes = 48;
+constexpr uint8_t kVersion = 2;
+constexpr size_t kHeaderBytes = 72;
+// The tag: the last 16 header bytes; everything before it is authenticated.
+constexpr size_t kTagOffset = 56;
+constexpr size_t kTagBytes = 16;
 // Largest datagram we send or accept: fits loopback and jumbo links; WAN
 // links use the configured packet size (default 1400 bytes of payload).
 constexpr size_t kDatagramBytesMax = 65000;
@@ -73,8 +78,13 @@ constexpr uint8_t kFlagsKnown =
 struct Header {
   PacketType type = PacketType::kData;
   uint8_t flags = 0;
+  uint8_t key_id = 0;  // which job key authenticates it (packet_auth.h)
   uint16_t payload_bytes = 0;
-  uint64_t session = 0;        // job token from the control plane
+  // The sending endpoint instance (random each time it installs a key) and
+  // its datagram counter: together the MAC's nonce, and what the
+  // receiver's replay window tracks.
+  uint64_t sender = 0;
+  uint64_t packet_number = 0;
   uint32_t flow_id = 0;        // unique per sender and transfer
   uint32_t seq = 0;            // packet index within the flow, < total_packets
   uint32_t total_packets = 0;  // packets in the flow (>= 1)
@@ -103,11 +113,13 @@ enum class DropReason : uint8_t {
   kMisaligned,   // DATA payload not a whole number of floats
   kBadSequence,  // total_packets == 0 or above kFlowPacketsMax, or seq >= total_packets
   kBadPayload,   // ACK/STOP with a payload, or DATA without one
-  kForged,       // session token does not match (decided by the endpoint)
-  kReplayed,     // duplicate of a delivered packet, or a closed/old flow (endpoint)
+  kForged,       // authentication tag does not verify under the job's key (endpoint)
+  kReplayed,     // a datagram this sender already sent (replay window; endpoint)
   kUnexpected,   // well-formed but no receiver wants this flow (endpoint)
   kBadFlowSize,  // a flow's size is not what the receiver expects of that peer (receiver)
   kOverBudget,   // accepting it would exceed a receive memory budget (endpoint)
+  kStaleKey,     // names a key other than the job's (another job's, or none is set)
+  kDuplicate,    // a packet of a flow already delivered or closed (a resend; endpoint)
   kCount,
 };
 const char* DropReasonName(DropReason r);
@@ -117,7 +129,7 @@ struct Packet {
   const uint8_t* payload = nullptr;  // points into the decoded buffer
 };
 
-// Writes the header into out[0, kHeaderBytes).
+// Writes the header into out[0, kHeaderBytes), the tag as zeros.
 void EncodeHeader(const Header& h, uint8_t* out);
 
 // The i-th extra seq listed in an ACK's payload (i < payload_bytes / 4).

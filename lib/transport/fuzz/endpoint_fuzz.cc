@@ -4,7 +4,10 @@
 // headers with fuzzed fields: flow ids, seqs, sizes up to and past the
 // codec's bound, flags, iterations, payload lengths), ACKs and STOPs for
 // the flows it is sending, raw bytes, new sends, cancels, and clock jumps
-// (timers, Early Close, idle collection). Every input replays exactly.
+// (timers, Early Close, idle collection). Most datagrams are sealed with
+// the job's key as a member would (so the fuzzer reaches past the tag);
+// others carry another key's tag or id, a flipped byte, or are replays of
+// earlier ones. Every input replays exactly.
 //
 // Checked after every step: the receive state never exceeds the budget,
 // and the receiver only ever sees in-bounds packets of accepted flows. Run
@@ -15,6 +18,7 @@
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstdint>
+#include <deque>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -23,12 +27,12 @@
 #include "lib/base/clock.h"
 #include "lib/transport/endpoint.h"
 #include "lib/transport/sim_network.h"
+#include "lib/transport/test_flows.h"
 
 namespace hetps {
 namespace transport {
 namespace {
 
-constexpr uint64_t kSession = 0x5E55104Eull;
 constexpr size_t kPeers = 4;
 constexpr uint32_t kBufferFloats = 1 << 16;
 
@@ -59,13 +63,31 @@ class Sink : public Receiver {
 
 Peer PeerAddr(size_t i) { return Peer{htonl(0x0A000100u + uint32_t(i)), htons(7000)}; }
 
-std::vector<uint8_t> Encode(const Header& h, FuzzedDataProvider& in) {
-  std::vector<uint8_t> d(kHeaderBytes + h.payload_bytes);
-  EncodeHeader(h, d.data());
-  const std::vector<uint8_t> body = in.ConsumeBytes<uint8_t>(h.payload_bytes);
-  std::copy(body.begin(), body.end(), d.begin() + kHeaderBytes);
-  return d;
-}
+// How each fake peer sends: mostly as a member holding the job's key.
+struct Peers {
+  std::deque<testing::Forger> members, outsiders, old_job;  // not movable
+  std::vector<std::vector<uint8_t>> sent;  // for replays
+  Peers() {
+    for (size_t i = 0; i < kPeers; ++i) {
+      members.emplace_back(testing::TestKey(), 100 + i);
+      outsiders.emplace_back(testing::TestKey(1, 0x33), 200 + i);
+      old_job.emplace_back(testing::TestKey(9), 300 + i);
+    }
+  }
+  // `h` with `payload`, sealed one of several ways: as a member (most),
+  // with a byte flipped after sealing, under another key's bytes or id,
+  // or an earlier datagram again (a replay).
+  std::vector<uint8_t> Make(size_t peer, const Header& h, const std::vector<uint8_t>& payload,
+                            FuzzedDataProvider& in) {
+    const int how = in.ConsumeIntegralInRange<int>(0, 15);
+    if (how == 13 && !sent.empty()) return sent[in.ConsumeIntegralInRange<size_t>(0, sent.size() - 1)];
+    testing::Forger& f = how == 14 ? outsiders[peer] : how == 15 ? old_job[peer] : members[peer];
+    std::vector<uint8_t> d = f(h, payload, PeerAddr(peer));
+    if (how == 12) d[in.ConsumeIntegralInRange<size_t>(0, d.size() - 1)] ^= 0x20;
+    if (sent.size() < 64) sent.push_back(d);
+    return d;
+  }
+};
 
 uint32_t FuzzTotal(FuzzedDataProvider& in) {
   switch (in.ConsumeIntegralInRange<int>(0, 4)) {
@@ -94,7 +116,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FakeClock clock;
   SimNetwork net(&clock, in.ConsumeIntegral<uint64_t>());
   EndpointConfig config;
-  config.session = kSession;
+  config.key = testing::TestKey();
   config.recv_flows_max = 64;
   config.recv_peer_bytes_max = 1 << 20;
   config.recv_bytes_max = 4 << 20;
@@ -128,12 +150,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   };
   send(0, 2000, false);
   send(1, 3000, true);
+  Peers peers;
 
   while (in.remaining_bytes() > 0) {
     const size_t peer = in.ConsumeIntegralInRange<size_t>(0, kPeers - 1);
     Header h;
-    h.session = in.ConsumeIntegralInRange<int>(0, 15) == 0 ? in.ConsumeIntegral<uint64_t>()
-                                                          : kSession;
     switch (in.ConsumeIntegralInRange<int>(0, 7)) {
       case 0:
       case 1: {  // DATA
@@ -143,13 +164,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         h.total_packets = FuzzTotal(in);
         h.seq = h.total_packets > 0 ? in.ConsumeIntegralInRange<uint32_t>(0, h.total_packets - 1)
                                     : 0;
-        h.payload_bytes = uint16_t(4 * in.ConsumeIntegralInRange<int>(0, 338));
+        const size_t payload = 4 * in.ConsumeIntegralInRange<size_t>(0, 338);
         h.chunk_id = in.ConsumeIntegral<uint32_t>();
         h.chunk_offset = in.ConsumeIntegral<uint32_t>();
         h.iteration = in.ConsumeIntegralInRange<uint32_t>(0, 20);
         h.rtprop_us = in.ConsumeIntegral<uint32_t>();
         h.btlbw_kbps = in.ConsumeIntegral<uint32_t>();
-        const auto d = Encode(h, in);
+        std::vector<uint8_t> body = in.ConsumeBytes<uint8_t>(payload);
+        body.resize(payload);
+        const auto d = peers.Make(peer, h, body, in);
         net.Inject(PeerAddr(peer), self, d.data(), d.size());
         break;
       }
@@ -167,15 +190,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         h.btlbw_kbps = in.ConsumeIntegral<uint32_t>();
         const size_t extra = in.ConsumeIntegralInRange<size_t>(0, 16);
-        h.payload_bytes = uint16_t(4 * extra);
-        std::vector<uint8_t> d(kHeaderBytes + h.payload_bytes);
-        EncodeHeader(h, d.data());
         std::vector<uint32_t> seqs(extra);
         for (auto& q : seqs) q = in.ConsumeIntegralInRange<uint32_t>(0, 4000);
-        EncodeAckSeqs(seqs.data(), extra, d.data() + kHeaderBytes);
+        std::vector<uint8_t> body(4 * extra);
+        EncodeAckSeqs(seqs.data(), extra, body.data());
         // From the flow's peer, or from another (must be ignored).
-        net.Inject(PeerAddr(in.ConsumeBool() ? (s == sent[0] ? 0 : peer) : peer), self, d.data(),
-                   d.size());
+        const size_t from = in.ConsumeBool() ? (s == sent[0] ? 0 : 1) : peer;
+        const auto d = peers.Make(from, h, body, in);
+        net.Inject(PeerAddr(from), self, d.data(), d.size());
         break;
       }
       case 4: {  // STOP for a flow it sends
@@ -185,16 +207,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         h.flow_id = s->flow_id();
         h.total_packets = FuzzTotal(in);
         h.seq = 0;
-        std::vector<uint8_t> d(kHeaderBytes);
+        std::vector<uint8_t> body;
         if (in.ConsumeBool()) {
-          h.payload_bytes = kStopPayloadBytes;
-          d.resize(kHeaderBytes + kStopPayloadBytes);
+          body.resize(kStopPayloadBytes);
           StopInfo info;
           info.reason = CloseReason(in.ConsumeIntegralInRange<int>(0, 2));
           info.received = in.ConsumeIntegralInRange<uint32_t>(0, h.total_packets);
-          EncodeStop(info, d.data() + kHeaderBytes);
+          EncodeStop(info, body.data());
         }
-        EncodeHeader(h, d.data());
+        const auto d = peers.Make(peer, h, body, in);
         net.Inject(PeerAddr(peer), self, d.data(), d.size());
         break;
       }
