@@ -61,9 +61,11 @@ class Watcher {
   std::vector<std::pair<v1::MembershipEvent, absl::Time>> events_;
 };
 
-ProcessResult Psctl(const LocalCluster& c, std::vector<std::string> args) {
+ProcessResult Psctl(const LocalCluster& c, std::vector<std::string> args,
+                    const std::string& endpoint = "") {
   std::vector<std::string> argv = {Runfile("clients/psctl/psctl"),
-                                   "--endpoint=" + c.schedd_address()};
+                                   "--endpoint=" + (endpoint.empty() ? c.schedd_address() : endpoint)};
+  for (const std::string& f : c.PsctlFlags()) argv.push_back(f);
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCommand(argv);
 }
@@ -118,13 +120,10 @@ TEST_CASE("psctl nodes -o json lists 5 live nodes with roles and capabilities") 
   CHECK(status.stdout_text.find("\"worker\":2") != std::string::npos);
 
   // A node's own Admin endpoint answers too.
-  ProcessResult node_status =
-      RunCommand({Runfile("clients/psctl/psctl"), "--endpoint=" + c.node("psd-0").control_address,
-                  "status", "-o", "json"});
+  ProcessResult node_status = Psctl(c, {"status", "-o", "json"}, c.node("psd-0").control_address);
   CHECK(node_status.exit_code == 0);
   CHECK(node_status.stdout_text.find("\"scheduler_connected\":true") != std::string::npos);
-  ProcessResult cfg = RunCommand(
-      {Runfile("clients/psctl/psctl"), "--endpoint=" + c.node("psd-0").control_address, "config"});
+  ProcessResult cfg = Psctl(c, {"config"}, c.node("psd-0").control_address);
   CHECK(cfg.exit_code == 0);
   CHECK(cfg.stdout_text.find("node_id") != std::string::npos);
   CHECK(cfg.stdout_text.find("flag") != std::string::npos);
@@ -189,8 +188,7 @@ TEST_CASE("SIGTERM and Admin.Drain leave the cluster cleanly with exit 0") {
   CHECK(WaitFor([&] { return watch.Find(v1::MembershipEvent::KIND_LEFT, "psd-1", &at); },
                 absl::Seconds(5)));
 
-  ProcessResult drain = RunCommand({Runfile("clients/psctl/psctl"),
-                                    "--endpoint=" + c.node("worker-0").control_address, "drain"});
+  ProcessResult drain = Psctl(c, {"drain"}, c.node("worker-0").control_address);
   CHECK(drain.exit_code == 0);
   CHECK(c.WaitExit("worker-0", absl::Seconds(10)) == 0);
   CHECK(WaitFor([&] { return watch.Find(v1::MembershipEvent::KIND_LEFT, "worker-0", &at); },
@@ -215,10 +213,10 @@ TEST_CASE("nodes re-register after schedd restarts") {
   c.WaitExit("schedd", absl::Seconds(5));
   // Restart on the same port so the nodes' configured address stays valid.
   std::string port = addr.substr(addr.rfind(':') + 1);
-  absl::StatusOr<Process> p =
-      Process::Start({Runfile("daemons/schedd/schedd"), "--listen=" + addr,
-                      "--metrics_listen=127.0.0.1:0", "--heartbeat_interval_ms=300"},
-                     c.dir(), "schedd2");
+  std::vector<std::string> argv = {Runfile("daemons/schedd/schedd"), "--listen=" + addr,
+                                   "--metrics_listen=127.0.0.1:0", "--heartbeat_interval_ms=300"};
+  for (const std::string& f : c.TlsFlags("schedd")) argv.push_back(f);
+  absl::StatusOr<Process> p = Process::Start(argv, c.dir(), "schedd2");
   REQUIRE(p.ok());
   CHECK(WaitFor([&] { return c.AliveCount() == 5; }, absl::Seconds(20)));
 }
@@ -236,7 +234,9 @@ TEST_CASE("unimplemented RPCs say so") {
   {
     grpc::ClientContext ctx;
     v1::ReportLinksResponse resp;
-    CHECK(stub->ReportLinks(&ctx, v1::ReportLinksRequest(), &resp).error_code() ==
+    v1::ReportLinksRequest req;
+    req.set_node_id("w");
+    CHECK(c.SchedulerStubAs("w", false)->ReportLinks(&ctx, req, &resp).error_code() ==
           grpc::StatusCode::UNIMPLEMENTED);
   }
 }
@@ -244,7 +244,7 @@ TEST_CASE("unimplemented RPCs say so") {
 TEST_CASE("bad Register requests are rejected and counted") {
   LocalCluster c("badreg");
   REQUIRE(c.StartSchedd().ok());
-  auto stub = c.SchedulerStub();
+  auto stub = c.SchedulerStubAs("w", false);  // node "w"'s certificate
   auto reg = [&](v1::RegisterRequest req) {
     grpc::ClientContext ctx;
     v1::RegisterResponse resp;
@@ -257,7 +257,7 @@ TEST_CASE("bad Register requests are rejected and counted") {
   CHECK(reg(ok) == grpc::StatusCode::OK);
   v1::RegisterRequest r = ok;
   r.set_node_id("");
-  CHECK(reg(r) == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(reg(r) == grpc::StatusCode::PERMISSION_DENIED);  // not the certificate's node id
   r = ok;
   r.set_role(v1::ROLE_SCHEDULER);
   CHECK(reg(r) == grpc::StatusCode::INVALID_ARGUMENT);
@@ -270,7 +270,7 @@ TEST_CASE("bad Register requests are rejected and counted") {
   absl::StatusOr<std::string> metrics = HttpGet(c.node("schedd").metrics_address, "/metrics");
   REQUIRE(metrics.ok());
   CHECK(
-      metrics->find("schedd_rpc_requests_total{code=\"INVALID_ARGUMENT\",method=\"Register\"} 4") !=
+      metrics->find("schedd_rpc_requests_total{code=\"INVALID_ARGUMENT\",method=\"Register\"} 3") !=
       std::string::npos);
 }
 

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
 
 namespace hetps {
@@ -96,14 +97,48 @@ TEST_CASE("port in use, control and metrics") {
   int port = Occupy(&fd);
   for (const char* d : kDaemons) {
     ExpectConfigError(
-        {Binary(d), absl::StrCat("--listen=127.0.0.1:", port), "--metrics_listen=127.0.0.1:0"},
+        {Binary(d), absl::StrCat("--listen=127.0.0.1:", port), "--metrics_listen=127.0.0.1:0",
+         "--insecure"},
         absl::StrCat("cannot listen on 127.0.0.1:", port, " (listen): Address already in use"));
     ExpectConfigError(
-        {Binary(d), "--listen=127.0.0.1:0", absl::StrCat("--metrics_listen=127.0.0.1:", port)},
+        {Binary(d), "--listen=127.0.0.1:0", absl::StrCat("--metrics_listen=127.0.0.1:", port),
+         "--insecure"},
         absl::StrCat("cannot listen on 127.0.0.1:", port,
                      " (metrics_listen): Address already in use"));
   }
   close(fd);
+}
+
+TEST_CASE("the control plane needs TLS, or insecure: true said out loud") {
+  LocalCluster c("tlscfg");  // makes the development CA
+  const std::string dir = c.certs_dir();
+  REQUIRE(c.Identity("psd-0", false).ok());
+  for (const char* d : kDaemons) {
+    ExpectConfigError({Binary(d), "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0"},
+                      "the control plane needs TLS: set tls_ca, tls_cert and tls_key");
+  }
+  auto tls = [&](const std::string& who) {
+    return std::vector<std::string>{Binary("psd"), "--listen=127.0.0.1:0",
+                                    "--metrics_listen=127.0.0.1:0", "--tls_ca=" + dir + "/ca.pem",
+                                    "--tls_cert=" + dir + "/" + who + ".pem",
+                                    "--tls_key=" + dir + "/" + who + ".key"};
+  };
+  // A node may act only as its certificate's identity.
+  std::vector<std::string> argv = tls("psd-0");
+  argv.push_back("--node_id=psd-1");
+  ExpectConfigError(argv, "node_id 'psd-1' is not the CN of tls_cert");
+  // An admin certificate is not a daemon's.
+  ExpectConfigError(tls("admin"), "a daemon needs OU=node");
+  // The key must be the certificate's.
+  argv = tls("psd-0");
+  argv.back() = "--tls_key=" + dir + "/admin.key";
+  ExpectConfigError(argv, "is not the key of tls_cert");
+  argv = tls("psd-0");
+  argv.push_back("--insecure");
+  ExpectConfigError(argv, "insecure: true and tls_ca/tls_cert/tls_key are both set");
+  argv = tls("psd-0");
+  argv[4] = "--tls_cert=/nonexistent.pem";
+  ExpectConfigError(argv, "tls_cert: cannot read '/nonexistent.pem'");
 }
 
 TEST_CASE("--print-config shows flag > file > default and exits 0") {

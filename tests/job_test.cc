@@ -17,6 +17,7 @@ namespace {
 ProcessResult Psctl(const LocalCluster& c, std::vector<std::string> args) {
   std::vector<std::string> argv = {Runfile("clients/psctl/psctl"),
                                    "--endpoint=" + c.schedd_address()};
+  for (const std::string& f : c.PsctlFlags()) argv.push_back(f);
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCommand(argv);
 }

@@ -5,6 +5,9 @@
 # until it ends; then stops the cluster. Exit status 0 when the job
 # succeeded. Installs what it needs (Debian packages, idempotent). Stops only
 # the daemons it started, by PID (SIGTERM: they drain and leave the cluster).
+# The control plane runs with mTLS: a development CA and certificates are
+# made in OUT/certs (tools/dev-certs.sh), and psctl's settings written to
+# OUT/psctl.yaml (export HETPS_PSCTL_CONFIG=OUT/psctl.yaml to use it).
 #
 # usage: tools/run-cluster.sh [--job FILE] [--keep] [--refresh SECONDS]
 #                             [--port BASE] [--out DIR]
@@ -39,6 +42,15 @@ bazel build --config=opt //daemons/schedd //daemons/psd //daemons/workerd //clie
 bin=$(bazel info --config=opt bazel-bin 2>/dev/null)
 mkdir -p "$out"
 rm -f "$out"/*.ready
+certs="$out/certs"
+bash tools/dev-certs.sh "$certs" >/dev/null
+certs=$(cd "$certs" && pwd)
+cat >"$out/psctl.yaml" <<YAML
+endpoint: 127.0.0.1:$base_port
+tls_ca: $certs/ca.pem
+tls_cert: $certs/admin.pem
+tls_key: $certs/admin.key
+YAML
 
 schedd_addr="127.0.0.1:$base_port"
 pids=()
@@ -73,7 +85,9 @@ trap 'exit 130' INT TERM
 start() {  # start DAEMON NODE_ID [flags...]
   local daemon=$1 node=$2
   shift 2
-  "$bin/daemons/$daemon/$daemon" --node_id="$node" --ready_file="$out/$node.ready" "$@" \
+  "$bin/daemons/$daemon/$daemon" --node_id="$node" --ready_file="$out/$node.ready" \
+    --tls_ca="$certs/ca.pem" --tls_cert="$certs/$node.pem" --tls_key="$certs/$node.key" \
+    --admin_tokens_file="$certs/admin-tokens" "$@" \
     2>"$out/$node.log" &
   pids+=($!)
   names+=("$node")
@@ -105,7 +119,8 @@ for node in worker-0 worker-1; do
     --metrics_listen="127.0.0.1:$((base_port + 2400 + i))" --cpu_threads=1
 done
 
-psctl() { "$bin/clients/psctl/psctl" --endpoint="$schedd_addr" "$@"; }
+psctl() { "$bin/clients/psctl/psctl" --config="$out/psctl.yaml" "$@"; }
+echo "run-cluster: psctl settings in $out/psctl.yaml (export HETPS_PSCTL_CONFIG=$(cd "$out" && pwd)/psctl.yaml)"
 echo "run-cluster: waiting for 5 live nodes ..."
 for _ in $(seq 1 100); do
   n=$(psctl nodes -o json 2>/dev/null | grep -o '"state":"alive"' | wc -l || true)

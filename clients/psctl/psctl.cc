@@ -1,5 +1,9 @@
 #include "clients/psctl/psctl.h"
 
+#include "lib/base/escape.h"
+#include "lib/config/config.h"
+#include "lib/rpc/security.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -22,7 +26,13 @@ namespace psctl {
 namespace {
 
 constexpr char kUsageText[] =
-    "usage: psctl [--endpoint HOST:PORT] [--timeout_ms N] [-o table|json] COMMAND\n"
+    "usage: psctl [--endpoint HOST:PORT] [--timeout_ms N] [-o table|json] [TLS] COMMAND\n"
+    "\n"
+    "TLS (docs/security.md): --tls-ca FILE with --tls-cert FILE --tls-key FILE (an admin\n"
+    "  certificate, OU=admin) or --token-file FILE (a bearer token); --insecure for a\n"
+    "  cluster run with insecure: true. --config FILE (or $HETPS_PSCTL_CONFIG) holds the\n"
+    "  same as YAML keys endpoint, tls_ca, tls_cert, tls_key, token_file, insecure;\n"
+    "  flags beat the file.\n"
     "\n"
     "commands:\n"
     "  status        the endpoint daemon's status (schedd adds cluster counts)\n"
@@ -552,6 +562,11 @@ int JobCommand(const std::vector<std::string>& pos, int64_t servers, int64_t wor
 int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   std::string endpoint = "127.0.0.1:7070";
   if (const char* env = std::getenv("HETPS_ENDPOINT"); env != nullptr && *env) endpoint = env;
+  // Connection settings: the config file's, then flags over them.
+  std::string config_file;
+  TlsConfig tls;
+  std::string token_file;
+  std::vector<std::pair<std::string, std::string>> conn_flags;  // key, value
   std::string output = "table";
   int64_t timeout_ms = 3000;
   bool all = false;
@@ -588,6 +603,32 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
         err << "psctl: --timeout_ms needs a positive integer\n";
         return kUsage;
       }
+    } else if (a == "--config" || a.rfind("--config=", 0) == 0) {
+      if (!value("--config", &config_file)) {
+        err << "psctl: --config needs a FILE\n";
+        return kUsage;
+      }
+    } else if (a == "--insecure") {
+      conn_flags.push_back({"insecure", "true"});
+    } else if (a.rfind("--tls-", 0) == 0 || a.rfind("--token-file", 0) == 0) {
+      const std::string name = a.substr(0, a.find('='));
+      static const char* kKeys[][2] = {{"--tls-ca", "tls_ca"},
+                                       {"--tls-cert", "tls_cert"},
+                                       {"--tls-key", "tls_key"},
+                                       {"--token-file", "token_file"}};
+      const char* key = nullptr;
+      for (const auto& k : kKeys) {
+        if (name == k[0]) key = k[1];
+      }
+      if (key == nullptr) {
+        err << "psctl: unknown flag " << a << "\n" << kUsageText;
+        return kUsage;
+      }
+      if (!value(name, &v) || v.empty()) {
+        err << "psctl: " << name << " needs a FILE\n";
+        return kUsage;
+      }
+      conn_flags.push_back({key, v});
     } else if (a == "--all") {
       all = true;
     } else if (a == "--servers" || a.rfind("--servers=", 0) == 0 || a == "--workers" ||
@@ -626,12 +667,51 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     err << "psctl: -o must be table or json, not '" << output << "'\n";
     return kUsage;
   }
+  {
+    ConfigSchema schema("psctl");
+    schema.Address("endpoint", &endpoint, "the daemon to talk to");
+    schema.String("tls_ca", &tls.tls_ca, "CA certificate");
+    schema.String("tls_cert", &tls.tls_cert, "client certificate");
+    schema.String("tls_key", &tls.tls_key, "its key");
+    schema.String("token_file", &token_file, "bearer token file");
+    schema.Bool("insecure", &tls.insecure, "no TLS");
+    if (!config_file.empty()) {
+      if (absl::Status s = schema.LoadYamlFile(config_file); !s.ok()) {
+        err << "psctl: " << EscapeUntrusted(s.message()) << "\n";
+        return kUsage;
+      }
+    }
+    for (const auto& [key, val] : conn_flags) {
+      if (absl::Status s = schema.Set(key, val, ConfigSource::kFlag, "--" + key); !s.ok()) {
+        err << "psctl: " << EscapeUntrusted(s.message()) << "\n";
+        return kUsage;
+      }
+    }
+  }
   if (absl::StatusOr<HostPort> hp = ParseHostPort(endpoint); !hp.ok()) {
     err << "psctl: bad --endpoint: " << hp.status().message() << "\n";
     return kUsage;
   }
+  absl::StatusOr<TlsMaterial> material = LoadClientTls(tls);
+  if (!material.ok()) {
+    err << "psctl: " << material.status().message() << "\n";
+    return kUsage;
+  }
+  std::string token;
+  if (!token_file.empty()) {
+    if (material->insecure) {
+      err << "psctl: --token-file needs TLS (a token sent without it is readable on the path)\n";
+      return kUsage;
+    }
+    absl::StatusOr<std::string> t = ReadTokenFile(token_file);
+    if (!t.ok()) {
+      err << "psctl: " << t.status().message() << "\n";
+      return kUsage;
+    }
+    token = *t;
+  }
   bool json = output == "json";
-  auto channel = MakeChannel(endpoint);
+  auto channel = MakeSecureChannel(endpoint, *material, token);
   grpc::ClientContext ctx;
   SetDeadline(&ctx, absl::Milliseconds(timeout_ms));
   // Fail fast when nothing listens, instead of waiting out the deadline.

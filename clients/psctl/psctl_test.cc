@@ -101,7 +101,10 @@ TEST_CASE("help goes to stdout and exits 0") {
 TEST_CASE("an endpoint nobody listens on exits 4") {
   std::ostringstream out, err;
   // Port 1 on loopback: reserved, nothing listens there.
-  CHECK(Run({"--endpoint=127.0.0.1:1", "--timeout_ms=2000", "nodes"}, out, err) == kUnavailable);
+  CHECK(Run({"--endpoint=127.0.0.1:1", "--timeout_ms=2000", "--insecure", "nodes"}, out, err) ==
+        kUnavailable);
+  // Without TLS settings (or --insecure) psctl says how to give them.
+  CHECK(Run({"--endpoint=127.0.0.1:1", "nodes"}, out, err) == kUsage);
   CHECK(err.str().find("endpoint unavailable") != std::string::npos);
   CHECK(out.str().empty());
 }

@@ -142,7 +142,8 @@ class Schedd::Service final : public v1::Scheduler::Service {
 
   grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                         v1::RegisterResponse* resp) override {
-    grpc::Status st = DoRegister(ctx, req, resp);
+    grpc::Status st = authz().RequireNode(ctx, req->node_id(), "Register");
+    if (st.ok()) st = DoRegister(ctx, req, resp);
     s_->metrics_->Rpc("Register", st.error_code());
     if (!st.ok()) {
       log_.Warn(
@@ -152,8 +153,12 @@ class Schedd::Service final : public v1::Scheduler::Service {
     return st;
   }
 
-  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                          v1::HeartbeatResponse* resp) override {
+    if (grpc::Status a = authz().RequireNode(ctx, req->node_id(), "Heartbeat"); !a.ok()) {
+      s_->metrics_->Rpc("Heartbeat", a.error_code());
+      return a;
+    }
     absl::Status s = s_->membership_->Heartbeat(req->node_id(), req->incarnation());
     grpc::Status st = ToGrpcStatus(s);
     s_->metrics_->Rpc("Heartbeat", st.error_code());
@@ -164,15 +169,22 @@ class Schedd::Service final : public v1::Scheduler::Service {
     return st;
   }
 
-  grpc::Status Deregister(grpc::ServerContext*, const v1::DeregisterRequest* req,
+  grpc::Status Deregister(grpc::ServerContext* ctx, const v1::DeregisterRequest* req,
                           v1::DeregisterResponse*) override {
-    grpc::Status st = ToGrpcStatus(s_->membership_->Deregister(req->node_id(), req->incarnation()));
+    grpc::Status st = authz().RequireNode(ctx, req->node_id(), "Deregister");
+    if (st.ok()) {
+      st = ToGrpcStatus(s_->membership_->Deregister(req->node_id(), req->incarnation()));
+    }
     s_->metrics_->Rpc("Deregister", st.error_code());
     return st;
   }
 
-  grpc::Status ListNodes(grpc::ServerContext*, const v1::ListNodesRequest* req,
+  grpc::Status ListNodes(grpc::ServerContext* ctx, const v1::ListNodesRequest* req,
                          v1::ListNodesResponse* resp) override {
+    if (grpc::Status a = authz().RequireAny(ctx, "ListNodes"); !a.ok()) {
+      s_->metrics_->Rpc("ListNodes", a.error_code());
+      return a;
+    }
     for (const NodeRecord& n : s_->membership_->List(req->include_departed())) {
       NodeToProto(n, resp->add_nodes());
     }
@@ -184,6 +196,10 @@ class Schedd::Service final : public v1::Scheduler::Service {
 
   grpc::Status WatchMembership(grpc::ServerContext* ctx, const v1::WatchMembershipRequest*,
                                grpc::ServerWriter<v1::MembershipEvent>* writer) override {
+    if (grpc::Status a = authz().RequireAny(ctx, "WatchMembership"); !a.ok()) {
+      s_->metrics_->Rpc("WatchMembership", a.error_code());
+      return a;
+    }
     MembershipEvent snap;
     snap.kind = MembershipEventKind::kSnapshot;
     auto sub = s_->membership_->Watch(&snap.snapshot, &snap.version);
@@ -195,21 +211,25 @@ class Schedd::Service final : public v1::Scheduler::Service {
     return result;
   }
 
-  grpc::Status ReportLinks(grpc::ServerContext*, const v1::ReportLinksRequest*,
+  grpc::Status ReportLinks(grpc::ServerContext* ctx, const v1::ReportLinksRequest* req,
                            v1::ReportLinksResponse*) override {
+    if (grpc::Status a = authz().RequireNode(ctx, req->node_id(), "ReportLinks"); !a.ok()) {
+      s_->metrics_->Rpc("ReportLinks", a.error_code());
+      return a;
+    }
     s_->metrics_->Rpc("ReportLinks", grpc::StatusCode::UNIMPLEMENTED);
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                         "ReportLinks is not implemented in this schedd version yet");
   }
 
-  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
+  grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                          v1::SubmitJobResponse* resp) override {
-    grpc::Status st;
-    if (req->spec_yaml().size() > kSpecBytesMax) {
+    grpc::Status st = authz().RequireAdmin(ctx, "SubmitJob");
+    if (st.ok() && req->spec_yaml().size() > kSpecBytesMax) {
       st = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("job spec is ", req->spec_yaml().size(),
                                      " bytes; the limit is ", kSpecBytesMax));
-    } else {
+    } else if (st.ok()) {
       absl::StatusOr<v1::JobStatus> job = s_->jobs_->Submit(*req, s_->membership_->List(false));
       if (job.ok()) *resp->mutable_job() = std::move(*job);
       st = ToGrpcStatus(job.status());
@@ -220,8 +240,12 @@ class Schedd::Service final : public v1::Scheduler::Service {
     return st;
   }
 
-  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* req,
+  grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
                       v1::GetJobResponse* resp) override {
+    if (grpc::Status a = authz().RequireAny(ctx, "GetJob"); !a.ok()) {
+      s_->metrics_->Rpc("GetJob", a.error_code());
+      return a;
+    }
     absl::StatusOr<v1::JobStatus> job = s_->jobs_->Get(req->job_id());
     if (job.ok()) *resp->mutable_job() = std::move(*job);
     grpc::Status st = ToGrpcStatus(job.status());
@@ -229,8 +253,12 @@ class Schedd::Service final : public v1::Scheduler::Service {
     return st;
   }
 
-  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
+  grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
                          v1::CancelJobResponse* resp) override {
+    if (grpc::Status a = authz().RequireAdmin(ctx, "CancelJob"); !a.ok()) {
+      s_->metrics_->Rpc("CancelJob", a.error_code());
+      return a;
+    }
     absl::StatusOr<v1::JobStatus> job = s_->jobs_->Cancel(req->job_id());
     if (job.ok()) *resp->mutable_job() = std::move(*job);
     grpc::Status st = ToGrpcStatus(job.status());
@@ -238,14 +266,20 @@ class Schedd::Service final : public v1::Scheduler::Service {
     return st;
   }
 
-  grpc::Status GetPolicy(grpc::ServerContext*, const v1::GetPolicyRequest*,
+  grpc::Status GetPolicy(grpc::ServerContext* ctx, const v1::GetPolicyRequest*,
                          v1::GetPolicyResponse*) override {
+    if (grpc::Status a = authz().RequireAny(ctx, "GetPolicy"); !a.ok()) {
+      s_->metrics_->Rpc("GetPolicy", a.error_code());
+      return a;
+    }
     s_->metrics_->Rpc("GetPolicy", grpc::StatusCode::UNIMPLEMENTED);
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                         "GetPolicy is not implemented in this schedd version yet");
   }
 
  private:
+  const Authorizer& authz() const { return s_->runtime_->authorizer(); }
+
   grpc::Status DoRegister(grpc::ServerContext*, const v1::RegisterRequest* req,
                           v1::RegisterResponse* resp) {
     NodeRole role = RoleFromProto(req->role());

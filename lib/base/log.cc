@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "lib/base/escape.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -55,28 +56,21 @@ bool NeedsQuoting(absl::string_view v) {
   return false;
 }
 
+// Values may come from outside (job names, errors from peers): control and
+// bidi characters are escaped (escape.h), so a line stays one line and
+// shows what it holds.
 void AppendValue(std::string* out, absl::string_view v) {
-  if (!NeedsQuoting(v)) {
+  const std::string safe = EscapeUntrusted(v);
+  if (!NeedsQuoting(v) && safe == v) {
     out->append(v.data(), v.size());
     return;
   }
   out->push_back('"');
-  for (char c : v) {
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      default:
-        out->push_back(c);
+  for (char c : safe) {
+    if (c == '"') {
+      out->append("\\\"");
+    } else {
+      out->push_back(c);
     }
   }
   out->push_back('"');

@@ -5,7 +5,8 @@ namespace hetps {
 void DeclareCommonConfig(ConfigSchema* schema, CommonConfig* c) {
   schema->String("node_id", &c->node_id,
                  "Stable node identity; a restarted node with the same id rejoins as itself. "
-                 "Empty derives one from the daemon, host and port.");
+                 "Empty: the CN of tls_cert (with insecure: derived from the daemon, host and "
+                 "port). With TLS it must equal the certificate's CN.");
   schema->Address("listen", &c->listen, "gRPC control address (host:port, port 0 = any).");
   schema->Address("metrics_listen", &c->metrics_listen,
                   "Prometheus /metrics HTTP address (host:port, port 0 = any).");
@@ -19,6 +20,7 @@ void DeclareCommonConfig(ConfigSchema* schema, CommonConfig* c) {
                  "once serving (for scripts and tests).");
   schema->Int("shutdown_grace_ms", &c->shutdown_grace_ms,
               "How long in-flight RPCs may run on shutdown before they are cancelled.", 0, 600000);
+  DeclareTlsConfig(schema, &c->tls);
 }
 
 void DeclareAgentConfig(ConfigSchema* schema, AgentConfig* c) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "lib/config/config.h"
+#include "lib/rpc/security.h"
 
 namespace hetps {
 
@@ -21,6 +22,7 @@ struct CommonConfig {
   // When set, a JSON file with the bound addresses is written once serving.
   std::string ready_file;
   int64_t shutdown_grace_ms = 2000;
+  TlsConfig tls;  // the control plane's TLS and tokens (security.h)
 };
 
 void DeclareCommonConfig(ConfigSchema* schema, CommonConfig* config);

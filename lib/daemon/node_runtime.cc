@@ -19,8 +19,9 @@ class NodeRuntime::AdminService final : public v1::Admin::Service {
  public:
   explicit AdminService(NodeRuntime* rt) : rt_(rt) {}
 
-  grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+  grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest*,
                          v1::GetStatusResponse* resp) override {
+    if (grpc::Status a = rt_->authorizer_->RequireAny(ctx, "Admin.GetStatus"); !a.ok()) return a;
     resp->set_node_id(rt_->node_id_);
     resp->set_role(RoleToProto(rt_->role_));
     resp->set_version(kVersion);
@@ -33,16 +34,19 @@ class NodeRuntime::AdminService final : public v1::Admin::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Drain(grpc::ServerContext*, const v1::DrainRequest*,
+  grpc::Status Drain(grpc::ServerContext* ctx, const v1::DrainRequest*,
                      v1::DrainResponse* resp) override {
-    rt_->logger_.Info("drain requested", {{"via", "admin rpc"}});
+    if (grpc::Status a = rt_->authorizer_->RequireAdmin(ctx, "Admin.Drain"); !a.ok()) return a;
+    rt_->logger_.Info("drain requested",
+                      {{"via", "admin rpc"}, {"by", rt_->authorizer_->Identify(ctx).name}});
     if (!rt_->drain_requested_.HasBeenNotified()) rt_->drain_requested_.Notify();
     resp->set_accepted(true);
     return grpc::Status::OK;
   }
 
-  grpc::Status GetConfig(grpc::ServerContext*, const v1::GetConfigRequest*,
+  grpc::Status GetConfig(grpc::ServerContext* ctx, const v1::GetConfigRequest*,
                          v1::GetConfigResponse* resp) override {
+    if (grpc::Status a = rt_->authorizer_->RequireAny(ctx, "Admin.GetConfig"); !a.ok()) return a;
     resp->set_config_file(rt_->env_.config_path);
     for (const ConfigSchema::Entry& e : rt_->env_.config_entries) {
       v1::ConfigEntry* out = resp->add_entries();
@@ -72,11 +76,28 @@ absl::StatusOr<std::unique_ptr<NodeRuntime>> NodeRuntime::Create(const std::stri
                                                                  const CommonConfig& config,
                                                                  const DaemonEnv& env) {
   std::unique_ptr<NodeRuntime> rt(new NodeRuntime(daemon_name, role, config, env));
+  rt->node_id_ = config.node_id;
   rt->logger_ = Logger(env.log_sink, config.node_id, daemon_name);
   RegisterProcessMetrics(*rt->registry_, daemon_name, kVersion);
   ASSIGN_OR_RETURN(rt->metrics_,
                    MetricsServer::Create(config.metrics_listen, "metrics_listen", rt->registry_));
   rt->capabilities_ = LocalCapabilities(&rt->gpu_note_);
+  ASSIGN_OR_RETURN(rt->tls_, LoadTls(config.tls));
+  if (!rt->tls_.insecure) {
+    if (rt->tls_.role != Role::kNode) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tls_cert '", config.tls.tls_cert, "' is an ", RoleName(rt->tls_.role),
+          " certificate (OU=", RoleName(rt->tls_.role), "); a daemon needs OU=node"));
+    }
+    if (rt->node_id_.empty()) rt->node_id_ = rt->tls_.name;
+    if (rt->node_id_ != rt->tls_.name) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node_id '", rt->node_id_, "' is not the CN of tls_cert '", config.tls.tls_cert, "' ('",
+          rt->tls_.name, "'): a node may act only as the identity its certificate names"));
+    }
+    rt->logger_ = rt->logger_.WithNodeId(rt->node_id_);
+  }
+  rt->authorizer_ = std::make_unique<Authorizer>(rt->tls_, rt->registry_.get(), daemon_name);
   return rt;
 }
 
@@ -86,7 +107,8 @@ absl::Status NodeRuntime::StartControl(const std::vector<grpc::Service*>& servic
   admin_ = std::make_unique<AdminService>(this);
   std::vector<grpc::Service*> all = services;
   all.push_back(admin_.get());
-  ASSIGN_OR_RETURN(StartedGrpcServer started, StartGrpcServer(config_.listen, "listen", all));
+  ASSIGN_OR_RETURN(StartedGrpcServer started,
+                   StartGrpcServer(config_.listen, "listen", all, ServerCredentials(tls_)));
   server_ = std::move(started.server);
   ASSIGN_OR_RETURN(HostPort listen, ParseHostPort(config_.listen));
   HostPort advertised{listen.host, static_cast<uint16_t>(started.port)};
@@ -95,7 +117,6 @@ absl::Status NodeRuntime::StartControl(const std::vector<grpc::Service*>& servic
         config_.advertise_host.empty() ? capabilities_.hostname : config_.advertise_host;
   }
   control_address_ = advertised.ToString();
-  node_id_ = config_.node_id;
   if (node_id_.empty()) {
     node_id_ = role_ == NodeRole::kScheduler
                    ? "schedd"
@@ -113,6 +134,14 @@ absl::Status NodeRuntime::MarkServing() {
                            {"cpu_cores", capabilities_.cpu_cores},
                            {"gpus", static_cast<unsigned>(capabilities_.gpus.size())}});
   if (capabilities_.gpus.empty()) logger_.Info("no gpu", {{"reason", gpu_note_}});
+  if (tls_.insecure) {
+    logger_.Warn("insecure control plane",
+                 {{"detail",
+                   "insecure: true: no TLS and no authentication; anyone who reaches the control "
+                   "port can register, submit, cancel and drain"}});
+  } else {
+    logger_.Info("control plane tls", {{"identity", tls_.name}, {"role", RoleName(tls_.role)}});
+  }
   if (config_.ready_file.empty()) return absl::OkStatus();
   JsonWriter w;
   w.BeginObject()

@@ -26,6 +26,7 @@
 #include "lib/membership/membership.h"
 #include "lib/metrics/metrics_server.h"
 #include "lib/rpc/grpc_util.h"
+#include "lib/rpc/security.h"
 #include "proto/hetps/v1/admin.grpc.pb.h"
 
 namespace hetps {
@@ -48,7 +49,8 @@ class NodeRuntime {
                                                              const DaemonEnv& env);
   ~NodeRuntime();
 
-  // Binds the control server with Admin + `services` and fixes the node id.
+  // Binds the control server with Admin + `services` and fixes the node id
+  // (with TLS it is fixed at Create: the certificate's CN).
   absl::Status StartControl(const std::vector<grpc::Service*>& services, StatusHook hook);
   // Writes the ready file, if configured, and marks the node SERVING.
   absl::Status MarkServing();
@@ -66,6 +68,13 @@ class NodeRuntime {
   // Raised by Admin.Drain; main waits on it alongside SIGTERM.
   absl::Notification& drain_requested() { return drain_requested_; }
   absl::Time start_time() const { return start_time_; }
+  // The control plane's TLS material and the per-call authorizer.
+  const TlsMaterial& tls() const { return tls_; }
+  const Authorizer& authorizer() const { return *authorizer_; }
+  // A channel to another daemon's control port with this node's identity.
+  std::shared_ptr<grpc::Channel> Channel(const std::string& target) const {
+    return MakeSecureChannel(target, tls_);
+  }
 
  private:
   class AdminService;
@@ -80,6 +89,8 @@ class NodeRuntime {
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<MetricsServer> metrics_;
   std::unique_ptr<AdminService> admin_;
+  TlsMaterial tls_;
+  std::unique_ptr<Authorizer> authorizer_;
   std::unique_ptr<grpc::Server> server_;
   std::string node_id_;
   std::string control_address_;

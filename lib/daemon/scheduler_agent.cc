@@ -15,7 +15,7 @@ SchedulerAgent::SchedulerAgent(const AgentConfig& config, NodeRuntime* runtime,
       data_address_(std::move(data_address)),
       jobs_(jobs),
       logger_(runtime->logger().WithComponent("agent")),
-      stub_(v1::Scheduler::NewStub(MakeChannel(config.scheduler))) {
+      stub_(v1::Scheduler::NewStub(runtime->Channel(config.scheduler))) {
   prometheus::Registry& r = runtime->registry();
   const std::string p = runtime->daemon_name();
   connected_gauge_ = &prometheus::BuildGauge()

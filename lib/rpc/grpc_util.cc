@@ -6,9 +6,10 @@
 
 namespace hetps {
 
-absl::StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen,
-                                                  const std::string& config_key,
-                                                  const std::vector<grpc::Service*>& services) {
+absl::StatusOr<StartedGrpcServer> StartGrpcServer(
+    const std::string& listen, const std::string& config_key,
+    const std::vector<grpc::Service*>& services,
+    std::shared_ptr<grpc::ServerCredentials> credentials) {
   ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(listen));
   absl::Status probe = ProbeTcpBind(hp);
   if (!probe.ok()) {
@@ -17,7 +18,8 @@ absl::StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen,
   }
   grpc::ServerBuilder builder;
   StartedGrpcServer out;
-  builder.AddListeningPort(hp.ToString(), grpc::InsecureServerCredentials(), &out.port);
+  if (credentials == nullptr) credentials = grpc::InsecureServerCredentials();
+  builder.AddListeningPort(hp.ToString(), credentials, &out.port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Bound message size: control messages are small; a policy for 1000 nodes
   // fits well within 16 MiB.

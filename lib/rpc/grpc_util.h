@@ -21,19 +21,21 @@ struct StartedGrpcServer {
   int port = 0;  // bound port (resolved when 0 was asked for)
 };
 
-// Starts an insecure gRPC server on `listen` (host:port) with `services`.
+// Starts a gRPC server on `listen` (host:port) with `services` and
+// `credentials` (security.h; null: insecure).
 // SO_REUSEPORT is disabled so a second daemon on the same port fails instead
 // of silently sharing it. Errors name `config_key`, e.g.
 //   cannot listen on 127.0.0.1:7070 (listen): Address already in use
-absl::StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen,
-                                                  const std::string& config_key,
-                                                  const std::vector<grpc::Service*>& services);
+absl::StatusOr<StartedGrpcServer> StartGrpcServer(
+    const std::string& listen, const std::string& config_key,
+    const std::vector<grpc::Service*>& services,
+    std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
-// A client channel to `target` (host:port), insecure (the control plane runs
-// inside the cluster network; see docs/operations.md).
+// An insecure client channel to `target` (host:port); clusters with TLS use
+// MakeSecureChannel (security.h).
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target);
 
 // Sets a deadline `timeout` from now on `ctx`.

@@ -9,7 +9,43 @@ namespace hetps {
 namespace testing {
 
 LocalCluster::LocalCluster(std::string name, int heartbeat_interval_ms)
-    : dir_(TempDir(name)), heartbeat_interval_ms_(heartbeat_interval_ms) {}
+    : dir_(TempDir(name)), certs_(dir_ + "/certs"), heartbeat_interval_ms_(heartbeat_interval_ms) {
+  absl::StatusOr<TlsMaterial> admin = Identity("admin", true);
+  if (admin.ok()) admin_ = *admin;
+}
+
+absl::Status LocalCluster::EnsureCert(const std::string& name, bool admin) {
+  if (access(absl::StrCat(certs_, "/", name, ".pem").c_str(), R_OK) == 0) return absl::OkStatus();
+  ProcessResult r = RunCommand({"/bin/bash", Runfile("tools/dev-certs.sh"), certs_, "--nodes",
+                                admin ? "" : name, "--admins", admin ? name : ""});
+  if (r.exit_code != 0) {
+    return absl::InternalError(absl::StrCat("dev-certs.sh failed: ", r.stderr_text));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TlsMaterial> LocalCluster::Identity(const std::string& name, bool admin) {
+  absl::Status s = EnsureCert(name, admin);
+  if (!s.ok()) return s;
+  TlsConfig t;
+  t.tls_ca = certs_ + "/ca.pem";
+  t.tls_cert = absl::StrCat(certs_, "/", name, ".pem");
+  t.tls_key = absl::StrCat(certs_, "/", name, ".key");
+  return LoadTls(t);
+}
+
+std::vector<std::string> LocalCluster::TlsFlags(const std::string& node_id) {
+  absl::Status s = EnsureCert(node_id, false);
+  (void)s;  // a missing certificate shows as the daemon's own start-up error
+  return {"--tls_ca=" + certs_ + "/ca.pem", absl::StrCat("--tls_cert=", certs_, "/", node_id, ".pem"),
+          absl::StrCat("--tls_key=", certs_, "/", node_id, ".key"),
+          "--admin_tokens_file=" + certs_ + "/admin-tokens"};
+}
+
+std::vector<std::string> LocalCluster::PsctlFlags() const {
+  return {"--tls-ca=" + certs_ + "/ca.pem", "--tls-cert=" + certs_ + "/admin.pem",
+          "--tls-key=" + certs_ + "/admin.key"};
+}
 
 absl::Status LocalCluster::Launch(const std::string& daemon, const std::string& node_id,
                                   std::vector<std::string> extra) {
@@ -21,6 +57,7 @@ absl::Status LocalCluster::Launch(const std::string& daemon, const std::string& 
                                    "--metrics_listen=127.0.0.1:0",
                                    "--ready_file=" + ready,
                                    "--log_level=debug"};
+  for (std::string& f : TlsFlags(node_id)) argv.push_back(std::move(f));
   argv.insert(argv.end(), extra.begin(), extra.end());
   absl::StatusOr<Process> p = Process::Start(argv, dir_, node_id);
   if (!p.ok()) return p.status();
@@ -65,7 +102,14 @@ int LocalCluster::WaitExit(const std::string& node_id, absl::Duration timeout) {
 }
 
 std::unique_ptr<v1::Scheduler::Stub> LocalCluster::SchedulerStub() const {
-  return v1::Scheduler::NewStub(MakeChannel(schedd_address_));
+  return v1::Scheduler::NewStub(MakeSecureChannel(schedd_address_, admin_));
+}
+
+std::unique_ptr<v1::Scheduler::Stub> LocalCluster::SchedulerStubAs(const std::string& name,
+                                                                 bool admin) {
+  absl::StatusOr<TlsMaterial> m = Identity(name, admin);
+  if (!m.ok()) return nullptr;
+  return v1::Scheduler::NewStub(MakeSecureChannel(schedd_address_, *m));
 }
 
 int LocalCluster::AliveCount() const {

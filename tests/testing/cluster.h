@@ -1,7 +1,9 @@
 // LocalCluster: the real schedd/psd/workerd binaries on 127.0.0.1 with
 // ephemeral ports, for cross-component tests. Each daemon writes a ready
 // file; the cluster reads addresses from there. The destructor SIGKILLs
-// whatever still runs. Not thread-safe.
+// whatever still runs. The control plane runs with mTLS: the cluster makes
+// a development CA and a certificate per node id on first use
+// (tools/dev-certs.sh), and talks to it as "admin". Not thread-safe.
 #ifndef HETPS_TESTS_TESTING_CLUSTER_H_
 #define HETPS_TESTS_TESTING_CLUSTER_H_
 
@@ -11,6 +13,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "lib/rpc/security.h"
 #include "proto/hetps/v1/admin.grpc.pb.h"
 #include "proto/hetps/v1/scheduler.grpc.pb.h"
 #include "tests/testing/process.h"
@@ -29,6 +33,13 @@ class LocalCluster {
   explicit LocalCluster(std::string name, int heartbeat_interval_ms = 300);
 
   absl::Status StartSchedd();
+  // TLS flags for a daemon that runs as `node_id` (its certificate is made
+  // on first use).
+  std::vector<std::string> TlsFlags(const std::string& node_id);
+  // psctl's connection flags: the admin certificate.
+  std::vector<std::string> PsctlFlags() const;
+  // The material of `name` (a node or admin certificate, made on first use).
+  absl::StatusOr<TlsMaterial> Identity(const std::string& name, bool admin);
   // daemon is "psd" or "workerd"; node_id is also the handle's key.
   absl::Status StartNode(const std::string& daemon, const std::string& node_id,
                          std::vector<std::string> extra_flags = {});
@@ -40,7 +51,10 @@ class LocalCluster {
   const std::string& schedd_address() const { return schedd_address_; }
   const std::string& dir() const { return dir_; }
   int heartbeat_interval_ms() const { return heartbeat_interval_ms_; }
+  // A stub calling schedd as "admin", or as another identity.
   std::unique_ptr<v1::Scheduler::Stub> SchedulerStub() const;
+  std::unique_ptr<v1::Scheduler::Stub> SchedulerStubAs(const std::string& name, bool admin);
+  const std::string& certs_dir() const { return certs_; }
   // Live nodes according to schedd (ListNodes), or -1 on RPC failure.
   int AliveCount() const;
 
@@ -48,7 +62,11 @@ class LocalCluster {
   absl::Status Launch(const std::string& daemon, const std::string& node_id,
                       std::vector<std::string> extra);
 
+  absl::Status EnsureCert(const std::string& name, bool admin);
+
   std::string dir_;
+  std::string certs_;
+  TlsMaterial admin_;
   int heartbeat_interval_ms_;
   std::string schedd_address_;
   std::map<std::string, DaemonHandle> nodes_;
