@@ -221,6 +221,46 @@ TEST_CASE("nodes re-register after schedd restarts") {
   CHECK(WaitFor([&] { return c.AliveCount() == 5; }, absl::Seconds(20)));
 }
 
+TEST_CASE("a second daemon with a live node's id exits 2; the first is unharmed") {
+  LocalCluster c("dupid");
+  REQUIRE(c.StartSchedd().ok());
+  REQUIRE(c.StartNode("psd", "psd-0").ok());
+  REQUIRE(WaitFor([&] { return c.AliveCount() == 2; }, absl::Seconds(10)));
+  auto incarnation = [&] {
+    auto stub = c.SchedulerStub();
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(2));
+    v1::ListNodesResponse resp;
+    stub->ListNodes(&ctx, v1::ListNodesRequest(), &resp);
+    for (const auto& n : resp.nodes()) {
+      if (n.node_id() == "psd-0" && n.state() == v1::NODE_STATE_ALIVE) return n.incarnation();
+    }
+    return uint64_t{0};
+  };
+  const uint64_t before = incarnation();
+  REQUIRE(before != 0);
+  std::vector<std::string> argv = {Runfile("daemons/psd/psd"), "--node_id=psd-0",
+                                   "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+                                   "--scheduler=" + c.schedd_address(),
+                                   "--register_conflict_timeout_ms=1500"};
+  for (const std::string& f : c.TlsFlags("psd-0")) argv.push_back(f);
+  absl::StatusOr<Process> twin = Process::Start(argv, c.dir(), "psd-0-twin");
+  REQUIRE(twin.ok());
+  CHECK(twin->Wait(absl::Seconds(20)) == 2);
+  const std::string why = twin->Stderr();
+  INFO(why);
+  CHECK(why.find("psd: node id 'psd-0' is alive at " + c.node("psd-0").control_address) !=
+        std::string::npos);
+  CHECK(why.find("give this daemon another node_id") != std::string::npos);
+  // The original kept its incarnation (no re-registration storm) and lives.
+  CHECK(incarnation() == before);
+  CHECK(c.AliveCount() == 2);
+  // schedd's log names both addresses.
+  const std::string log = c.node("schedd").process.Stderr();
+  CHECK(log.find("register rejected") != std::string::npos);
+  CHECK(log.find("alive at " + c.node("psd-0").control_address) != std::string::npos);
+}
+
 TEST_CASE("unimplemented RPCs say so") {
   LocalCluster c("unimpl");
   REQUIRE(c.StartSchedd().ok());

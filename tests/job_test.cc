@@ -14,9 +14,11 @@ namespace hetps {
 namespace testing {
 namespace {
 
-ProcessResult Psctl(const LocalCluster& c, std::vector<std::string> args) {
+// psctl as admin against schedd, or against `endpoint`.
+ProcessResult Psctl(const LocalCluster& c, std::vector<std::string> args,
+                    const std::string& endpoint = "") {
   std::vector<std::string> argv = {Runfile("clients/psctl/psctl"),
-                                   "--endpoint=" + c.schedd_address()};
+                                   "--endpoint=" + (endpoint.empty() ? c.schedd_address() : endpoint)};
   for (const std::string& f : c.PsctlFlags()) argv.push_back(f);
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCommand(argv);
@@ -33,7 +35,7 @@ std::string WriteJob(const LocalCluster& c, const std::string& name, const std::
 void StartCluster(LocalCluster& c, int workers) {
   REQUIRE(c.StartSchedd().ok());
   for (const char* id : {"psd-0", "psd-1"}) {
-    absl::Status s = c.StartNode("psd", id);
+    absl::Status s = c.StartNode("psd", id, {"--data_peer_forget_ms=1500"});
     INFO(s.message());
     REQUIRE(s.ok());
   }
@@ -99,6 +101,19 @@ TEST_CASE("A killed workerd: rounds close at the deadline, the job finishes with
         return j.state() == v1::JOB_STATE_RUNNING && j.iteration() >= 100;
       },
       absl::Seconds(60)));
+  // Per-peer series carry node ids, never a placeholder address.
+  auto psd_metrics = [&] {
+    absl::StatusOr<std::string> m = HttpGet(c.node("psd-0").metrics_address, "/metrics");
+    return m.ok() ? *m : std::string();
+  };
+  CHECK(WaitFor(
+      [&] {
+        const std::string m = psd_metrics();
+        return m.find("psd_data_peer_rtprop_seconds{peer=\"worker-1\"}") != std::string::npos &&
+               m.find("psd_data_peer_rtprop_seconds{peer=\"worker-0\"}") != std::string::npos;
+      },
+      absl::Seconds(10)));
+  CHECK(psd_metrics().find("0.0.0.0:0") == std::string::npos);
   c.Kill("worker-1", SIGKILL);
   const int64_t killed_at = GetJob(c).iteration();
 
@@ -125,6 +140,9 @@ TEST_CASE("A killed workerd: rounds close at the deadline, the job finishes with
   CHECK(status.exit_code == 0);
   CHECK(status.stdout_text.find("succeeded") != std::string::npos);
   CHECK(c.AliveCount() == 4);
+  // The peer that left takes its series with it (data_peer_forget_ms).
+  CHECK(WaitFor([&] { return psd_metrics().find("peer=\"worker-1\"") == std::string::npos; },
+                absl::Seconds(10)));
 }
 
 TEST_CASE("Bad specs are refused with the key named; cancel stops a job; the next job runs") {
@@ -141,6 +159,29 @@ TEST_CASE("Bad specs are refused with the key named; cancel stops a job; the nex
   CHECK(bad.stderr_text.find("bad.yaml") != std::string::npos);
   ProcessResult missing = Psctl(c, {"job", "submit", c.dir() + "/nope.yaml"});
   CHECK(missing.exit_code == 2);
+  // Spec nits: each refused with what is wrong.
+  ProcessResult dir = Psctl(c, {"job", "submit", c.dir()});
+  CHECK(dir.exit_code == 2);
+  CHECK(dir.stderr_text.find("is not a regular file") != std::string::npos);
+  ProcessResult binary =
+      Psctl(c, {"job", "submit", WriteJob(c, "bin.yaml", std::string("\x7f" "ELF\x02\x01\0\xff", 8))});
+  CHECK(binary.exit_code == 2);
+  CHECK(binary.stderr_text.find("not UTF-8 text") != std::string::npos);
+  CHECK(binary.stderr_text.find("libprotobuf") == std::string::npos);
+  ProcessResult zero = Psctl(c, {"job", "submit", WriteJob(c, "zero.yaml", "model: mlp\nepochs: 0\n")});
+  CHECK(zero.exit_code == 1);
+  CHECK(zero.stderr_text.find("'epochs: 0' trains nothing") != std::string::npos);
+  ProcessResult twice = Psctl(
+      c, {"job", "submit", WriteJob(c, "twice.yaml", "model: mlp\nepochs: 1\nepochs: 2\n")});
+  CHECK(twice.exit_code == 1);
+  CHECK(twice.stderr_text.find("'epochs' is given twice") != std::string::npos);
+  ProcessResult int_type = Psctl(
+      c, {"job", "submit", WriteJob(c, "int.yaml", "model: mlp\nepochs: [1]\n")});
+  CHECK(int_type.stderr_text.find("expected an integer") != std::string::npos);
+  // `job` against a workerd says where it should go, not an empty message.
+  ProcessResult wrong = Psctl(c, {"job", "status"}, c.node("worker-0").control_address);
+  CHECK(wrong.exit_code == 1);
+  CHECK(wrong.stderr_text.find("nodes and job go to schedd") != std::string::npos);
   ProcessResult too_many = Psctl(
       c, {"job", "submit", WriteJob(c, "ok.yaml", "model: mlp\niterations: 50\n"), "--workers=2"});
   CHECK(too_many.exit_code == 1);
@@ -154,13 +195,27 @@ TEST_CASE("Bad specs are refused with the key named; cancel stops a job; the nex
   ProcessResult busy = Psctl(c, {"job", "submit", c.dir() + "/ok.yaml"});
   CHECK(busy.exit_code == 1);
   CHECK(busy.stderr_text.find("still active") != std::string::npos);
+  // Draining a member of the running job is refused, saying what it would do.
+  ProcessResult psd_drain = Psctl(c, {"drain"}, c.node("psd-0").control_address);
+  CHECK(psd_drain.exit_code == 1);
+  CHECK(psd_drain.stderr_text.find("fails the job") != std::string::npos);
+  CHECK(psd_drain.stderr_text.find("--force") != std::string::npos);
+  ProcessResult worker_drain = Psctl(c, {"drain"}, c.node("worker-0").control_address);
+  CHECK(worker_drain.exit_code == 1);
+  CHECK(worker_drain.stderr_text.find("the job goes on") != std::string::npos);
+  CHECK(GetJob(c).state() == v1::JOB_STATE_RUNNING);  // nothing happened
+  CHECK(c.AliveCount() == 4);
   ProcessResult cancel = Psctl(c, {"job", "cancel"});
   CHECK(cancel.exit_code == 0);
   CHECK(cancel.stdout_text.find("cancelled") != std::string::npos);
   CHECK(Psctl(c, {"job", "status"}).exit_code == 1);  // a cancelled job's status exits 1
 
-  // The daemons drop it and take the next job.
-  ProcessResult next = Psctl(c, {"job", "submit", c.dir() + "/ok.yaml"});
+  // The daemons drop it and take the next job, whose name is hostile to
+  // terminals: escape sequences and a right-to-left override.
+  ProcessResult next = Psctl(
+      c, {"job", "submit",
+          WriteJob(c, "next.yaml",
+                   "model: mlp\niterations: 50\nname: \"evil\\e[2J\\u202Eredaol\"\n")});
   INFO(next.stderr_text);
   REQUIRE(next.exit_code == 0);
   v1::JobStatus j;
@@ -168,6 +223,16 @@ TEST_CASE("Bad specs are refused with the key named; cancel stops a job; the nex
   INFO(j.message());
   CHECK(j.state() == v1::JOB_STATE_SUCCEEDED);
   CHECK(j.iteration() == 50);
+  CHECK(j.name() == "evil\x1b[2J\u202Eredaol");  // stored as given
+  ProcessResult shown = Psctl(c, {"job", "status"});
+  CHECK(shown.stdout_text.find("evil\\x1B[2J\\u202Eredaol") != std::string::npos);
+  CHECK(shown.stdout_text.find('\x1b') == std::string::npos);
+  CHECK(shown.stdout_text.find("\u202E") == std::string::npos);
+  ProcessResult as_json = Psctl(c, {"job", "status", "-o", "json"});
+  CHECK(as_json.stdout_text.find("evil\\u001b[2J\\u202eredaol") != std::string::npos);
+  const std::string log = c.node("schedd").process.Stderr();
+  CHECK(log.find("evil\\x1B[2J\\u202Eredaol") != std::string::npos);
+  CHECK(log.find('\x1b') == std::string::npos);
 
   // The same daemons run the next job over kernel TCP (transport: tcp).
   ProcessResult tcp = Psctl(
@@ -179,6 +244,16 @@ TEST_CASE("Bad specs are refused with the key named; cancel stops a job; the nex
   INFO(j.message());
   CHECK(j.state() == v1::JOB_STATE_SUCCEEDED);
   CHECK(j.iteration() == 30);
+
+  // --force drains a member anyway, with the effect it announced.
+  REQUIRE(Psctl(c, {"job", "submit", c.dir() + "/long.yaml"}).exit_code == 0);
+  REQUIRE(WaitFor([&] { return GetJob(c).iteration() >= 5; }, absl::Seconds(60)));
+  ProcessResult forced = Psctl(c, {"drain", "--force"}, c.node("psd-1").control_address);
+  CHECK(forced.exit_code == 0);
+  CHECK(c.WaitExit("psd-1", absl::Seconds(10)) == 0);
+  REQUIRE(WaitEnded(c, absl::Seconds(30), &j));
+  CHECK(j.state() == v1::JOB_STATE_FAILED);
+  CHECK(j.message().find("psd-1") != std::string::npos);
 }
 
 }  // namespace testing

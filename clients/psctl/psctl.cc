@@ -1,5 +1,7 @@
 #include "clients/psctl/psctl.h"
 
+#include <sys/stat.h>
+
 #include "lib/base/escape.h"
 #include "lib/config/config.h"
 #include "lib/rpc/security.h"
@@ -38,7 +40,8 @@ constexpr char kUsageText[] =
     "  status        the endpoint daemon's status (schedd adds cluster counts)\n"
     "  nodes [--all] cluster members from schedd (--all adds dead and left nodes)\n"
     "  config        the endpoint daemon's effective configuration and sources\n"
-    "  drain         ask the endpoint daemon to drain and exit\n"
+    "  drain [--force]  ask the endpoint daemon to drain and exit (refused for a member\n"
+    "                of a running job, saying what it would do, unless --force)\n"
     "  job submit FILE [--servers N] [--workers N]\n"
     "                submit a YAML job spec to schedd (docs/jobs.md); N = 0 or absent:\n"
     "                every live node of that role\n"
@@ -110,8 +113,12 @@ std::string Age(int64_t unix_ms, absl::Time now) {
   return absl::StrFormat("%dh", absl::ToInt64Hours(d));
 }
 
-// Left-aligned columns, two spaces apart.
-std::string Table(const std::vector<std::vector<std::string>>& rows) {
+// Left-aligned columns, two spaces apart. Every cell may come from outside
+// (node ids, addresses, config values, errors): escaped (escape.h).
+std::string Table(std::vector<std::vector<std::string>> rows) {
+  for (auto& r : rows) {
+    for (std::string& cell : r) cell = EscapeUntrusted(cell);
+  }
   std::vector<size_t> width;
   for (const auto& r : rows) {
     width.resize(std::max(width.size(), r.size()));
@@ -302,7 +309,8 @@ std::string StatusJson(const v1::GetStatusResponse& r, absl::Time now) {
 std::string ConfigTable(const v1::GetConfigResponse& r) {
   std::vector<std::vector<std::string>> rows = {{"KEY", "VALUE", "SOURCE"}};
   for (const auto& e : r.entries()) rows.push_back({e.key(), e.value(), e.source()});
-  return absl::StrCat("config file: ", r.config_file().empty() ? "(none)" : r.config_file(), "\n",
+  return absl::StrCat("config file: ",
+                      r.config_file().empty() ? "(none)" : EscapeUntrusted(r.config_file()), "\n",
                       Table(rows));
 }
 
@@ -358,9 +366,11 @@ std::string JobStatusTable(const v1::JobStatus& j, absl::Time now) {
   std::string out;
   const double frac =
       j.total_iterations() > 0 ? double(j.iteration()) / double(j.total_iterations()) : 0;
-  absl::StrAppend(&out, "job         ", j.job_id(), "  (", j.name(), ", model ", j.model(), ")\n");
+  absl::StrAppend(&out, "job         ", EscapeUntrusted(j.job_id()), "  (",
+                  EscapeUntrusted(j.name()), ", model ", EscapeUntrusted(j.model()), ")\n");
   absl::StrAppend(&out, "state       ", JobStateName(j.state()),
-                  j.message().empty() ? "" : absl::StrCat(": ", j.message()), "\n");
+                  j.message().empty() ? "" : absl::StrCat(": ", EscapeUntrusted(j.message())),
+                  "\n");
   absl::StrAppend(&out, "progress    ", j.iteration(), "/", j.total_iterations(), " iterations (",
                   absl::StrFormat("%.1f%%", 100 * frac), "), ",
                   absl::StrFormat("%.1f", ElapsedSeconds(j, now)), " s\n");
@@ -391,7 +401,8 @@ std::string JobStatusTable(const v1::JobStatus& j, absl::Time now) {
   out += Table(rows);
   for (const v1::NodeJobStatus& n : j.nodes()) {
     if (!n.report().error().empty()) {
-      absl::StrAppend(&out, n.node_id(), ": ", n.report().error(), "\n");
+      absl::StrAppend(&out, EscapeUntrusted(n.node_id()), ": ", EscapeUntrusted(n.report().error()),
+                      "\n");
     }
   }
   return out;
@@ -481,11 +492,56 @@ std::string JobStatusJson(const v1::JobStatus& j, absl::Time now) {
 
 namespace {
 
+// A job spec file: a regular file of at most 64 KiB of UTF-8 text.
+absl::StatusOr<std::string> ReadJobSpec(const std::string& path) {
+  constexpr size_t kSpecBytesMax = 64 << 10;  // schedd's bound too
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read job spec ", path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job spec ", path, " is not a regular file (a YAML file is expected)"));
+  }
+  if (uint64_t(st.st_size) > kSpecBytesMax) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec ", path, " is ", st.st_size,
+                                                   " bytes; the limit is ", kSpecBytesMax));
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read job spec ", path, ": ", std::strerror(errno)));
+  }
+  const std::string s = text.str();
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp = 0;
+    const size_t n = DecodeUtf8(s, i, &cp);
+    if (n == 0 || cp == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job spec ", path, " is not UTF-8 text (byte ", i, "): a YAML file is expected"));
+    }
+    i += n;
+  }
+  if (s.find_first_not_of(" \t\r\n") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec ", path, " is empty"));
+  }
+  return s;
+}
+
 int RpcFailure(const grpc::Status& s, const std::string& endpoint, std::ostream& err) {
   bool unavailable = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
                      s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED && s.error_message().empty()) {
+    err << "psctl: error from " << endpoint
+        << ": it does not serve this call (nodes and job go to schedd; status, config and "
+           "drain to any daemon)\n";
+    return kError;
+  }
   err << "psctl: " << (unavailable ? "endpoint unavailable: " : "error from ") << endpoint << ": "
-      << s.error_message() << "\n";
+      << EscapeUntrusted(s.error_message()) << "\n";
   return unavailable ? kUnavailable : kError;
 }
 
@@ -508,15 +564,13 @@ int JobCommand(const std::vector<std::string>& pos, int64_t servers, int64_t wor
       err << "psctl: job submit needs a job spec file (e.g. deploy/jobs/mlp.yaml)\n";
       return kUsage;
     }
-    std::ifstream in(arg, std::ios::binary);
-    if (!in) {
-      err << "psctl: cannot read job spec " << arg << ": " << std::strerror(errno) << "\n";
+    absl::StatusOr<std::string> text = ReadJobSpec(arg);
+    if (!text.ok()) {
+      err << "psctl: " << EscapeUntrusted(text.status().message()) << "\n";
       return kUsage;
     }
-    std::stringstream text;
-    text << in.rdbuf();
     v1::SubmitJobRequest req;
-    req.set_spec_yaml(text.str());
+    req.set_spec_yaml(*text);
     req.set_origin(arg);
     req.set_servers(static_cast<uint32_t>(servers));
     req.set_workers(static_cast<uint32_t>(workers));
@@ -526,7 +580,7 @@ int JobCommand(const std::vector<std::string>& pos, int64_t servers, int64_t wor
     if (json) {
       show(resp.job());
     } else {
-      out << "submitted " << resp.job().job_id() << " (" << resp.job().nodes_size()
+      out << "submitted " << EscapeUntrusted(resp.job().job_id()) << " (" << resp.job().nodes_size()
           << " nodes); follow it with: psctl job status\n";
     }
     return kOk;
@@ -570,6 +624,7 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   std::string output = "table";
   int64_t timeout_ms = 3000;
   bool all = false;
+  bool force = false;
   int64_t servers = 0, workers = 0;
   std::vector<std::string> positional;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -631,6 +686,8 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
       conn_flags.push_back({key, v});
     } else if (a == "--all") {
       all = true;
+    } else if (a == "--force") {
+      force = true;
     } else if (a == "--servers" || a.rfind("--servers=", 0) == 0 || a == "--workers" ||
                a.rfind("--workers=", 0) == 0) {
       const bool is_servers = a.rfind("--servers", 0) == 0;
@@ -655,7 +712,7 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   }
   const size_t max_args = positional[0] == "job" ? 3 : 1;
   if (positional.size() > max_args) {
-    err << "psctl: unexpected argument '" << positional[max_args] << "'\n";
+    err << "psctl: unexpected argument '" << EscapeUntrusted(positional[max_args]) << "'\n";
     return kUsage;
   }
   const std::string& cmd = positional[0];
@@ -689,12 +746,12 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     }
   }
   if (absl::StatusOr<HostPort> hp = ParseHostPort(endpoint); !hp.ok()) {
-    err << "psctl: bad --endpoint: " << hp.status().message() << "\n";
+    err << "psctl: bad --endpoint: " << EscapeUntrusted(hp.status().message()) << "\n";
     return kUsage;
   }
   absl::StatusOr<TlsMaterial> material = LoadClientTls(tls);
   if (!material.ok()) {
-    err << "psctl: " << material.status().message() << "\n";
+    err << "psctl: " << EscapeUntrusted(material.status().message()) << "\n";
     return kUsage;
   }
   std::string token;
@@ -705,7 +762,7 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     }
     absl::StatusOr<std::string> t = ReadTokenFile(token_file);
     if (!t.ok()) {
-      err << "psctl: " << t.status().message() << "\n";
+      err << "psctl: " << EscapeUntrusted(t.status().message()) << "\n";
       return kUsage;
     }
     token = *t;
@@ -744,8 +801,10 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     return kOk;
   }
   if (cmd == "drain") {
+    v1::DrainRequest req;
+    req.set_force(force);
     v1::DrainResponse resp;
-    grpc::Status s = admin->Drain(&ctx, v1::DrainRequest(), &resp);
+    grpc::Status s = admin->Drain(&ctx, req, &resp);
     if (!s.ok()) return RpcFailure(s, endpoint, err);
     out << (json ? std::string("{\"accepted\":") + (resp.accepted() ? "true" : "false") + "}\n"
                  : std::string("drain ") + (resp.accepted() ? "accepted" : "refused") + "\n");

@@ -69,6 +69,7 @@ class Psd::Jobs final : public JobRunner {
 
  protected:
   absl::Status RunJob(const v1::JobAssignment& a, const JobSpec& spec) override {
+    data_metrics_.SetPeerNames(PeerNamesOf(a));
     {
       absl::MutexLock lock(&mu_);  // nothing of the previous job is reported for this one
       final_ = ps::ShardServerStats();
@@ -206,9 +207,8 @@ class Psd::Jobs final : public JobRunner {
 absl::StatusOr<std::unique_ptr<Psd>> Psd::Create(const PsdConfig& config, const DaemonEnv& env) {
   std::unique_ptr<Psd> d(new Psd(config));
   ASSIGN_OR_RETURN(d->runtime_, NodeRuntime::Create("psd", NodeRole::kServer, config.common, env));
-  ASSIGN_OR_RETURN(d->endpoint_, CreateDataEndpoint(config.data, config.common.advertise_host,
-                                                    &d->mux_, &d->data_address_));
-  ASSIGN_OR_RETURN(d->tcp_, CreateTcpDataEndpoint(config.data, *d->endpoint_, &d->mux_));
+  RETURN_IF_ERROR(CreateDataEndpoints(config.data, config.common.advertise_host, &d->mux_,
+                                      &d->endpoint_, &d->tcp_, &d->data_address_));
   return d;
 }
 
@@ -222,8 +222,15 @@ absl::Status Psd::Start() {
     r->set_scheduler_connected(agent_->connected());
     r->set_incarnation(agent_->incarnation());
     r->set_membership_version(agent_->membership_version());
+  }, [this]() -> std::string {
+    Jobs* jobs = jobs_view_.load();  // set once the runner exists (RPCs start first)
+    const std::string job = jobs != nullptr ? jobs->ActiveJob() : "";
+    if (job.empty()) return "";
+    return absl::StrCat(runtime_->node_id(), " holds a shard of the parameters of running job ",
+                        job, ": draining it loses that shard and fails the job");
   }));
   jobs_ = std::make_unique<Jobs>(this);
+  jobs_view_.store(jobs_.get());
   jobs_->Start();
   agent_ =
       std::make_unique<SchedulerAgent>(config_.agent, runtime_.get(), data_address_, jobs_.get());

@@ -9,6 +9,7 @@
 #ifndef HETPS_DAEMONS_PSD_PSD_H_
 #define HETPS_DAEMONS_PSD_PSD_H_
 
+#include <atomic>
 #include <memory>
 
 #include "lib/config/config.h"
@@ -51,6 +52,7 @@ class Psd final : public Daemon {
   std::unique_ptr<transport::TcpEndpoint> tcp_;  // null with data_tcp: false
   std::string data_address_;
   std::unique_ptr<Jobs> jobs_;
+  std::atomic<Jobs*> jobs_view_{nullptr};  // jobs_ for RPC threads (Admin.Drain's guard)
   std::unique_ptr<SchedulerAgent> agent_;
   bool shut_down_ = false;
 };

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "lib/base/escape.h"
 #include "lib/job/job_spec.h"
 #include "lib/transport/packet_auth.h"
 
@@ -33,7 +34,7 @@ JobTable::Member* JobTable::FindMember(Job& j, const std::string& node_id) {
 
 absl::StatusOr<v1::JobStatus> JobTable::Submit(const v1::SubmitJobRequest& req,
                                                const std::vector<NodeRecord>& alive) {
-  const std::string origin = req.origin().empty() ? "job" : req.origin();
+  const std::string origin = req.origin().empty() ? "job" : EscapeUntrusted(req.origin());
   absl::StatusOr<JobSpec> spec = ParseJobSpec(req.spec_yaml(), origin);
   if (!spec.ok()) return spec.status();
   std::vector<const NodeRecord*> servers, workers;

@@ -57,6 +57,7 @@ class Workerd::Jobs final : public JobRunner {
 
  protected:
   absl::Status RunJob(const v1::JobAssignment& a, const JobSpec& spec) override {
+    data_metrics_.SetPeerNames(PeerNamesOf(a));
     {
       absl::MutexLock lock(&mu_);  // nothing of the previous job is reported for this one
       progress_ = WorkerProgress();
@@ -190,9 +191,8 @@ absl::StatusOr<std::unique_ptr<Workerd>> Workerd::Create(const WorkerdConfig& co
   std::unique_ptr<Workerd> d(new Workerd(config));
   ASSIGN_OR_RETURN(d->runtime_,
                    NodeRuntime::Create("workerd", NodeRole::kWorker, config.common, env));
-  ASSIGN_OR_RETURN(d->endpoint_, CreateDataEndpoint(config.data, config.common.advertise_host,
-                                                    &d->mux_, &d->data_address_));
-  ASSIGN_OR_RETURN(d->tcp_, CreateTcpDataEndpoint(config.data, *d->endpoint_, &d->mux_));
+  RETURN_IF_ERROR(CreateDataEndpoints(config.data, config.common.advertise_host, &d->mux_,
+                                      &d->endpoint_, &d->tcp_, &d->data_address_));
   return d;
 }
 
@@ -204,8 +204,16 @@ absl::Status Workerd::Start() {
     r->set_scheduler_connected(agent_->connected());
     r->set_incarnation(agent_->incarnation());
     r->set_membership_version(agent_->membership_version());
+  }, [this]() -> std::string {
+    Jobs* jobs = jobs_view_.load();  // set once the runner exists (RPCs start first)
+    const std::string job = jobs != nullptr ? jobs->ActiveJob() : "";
+    if (job.empty()) return "";
+    return absl::StrCat(runtime_->node_id(), " trains in running job ", job,
+                        ": draining it ends its part; the job goes on with the other workers "
+                        "and never sees this worker's data shard again");
   }));
   jobs_ = std::make_unique<Jobs>(this);
+  jobs_view_.store(jobs_.get());
   jobs_->Start();
   agent_ =
       std::make_unique<SchedulerAgent>(config_.agent, runtime_.get(), data_address_, jobs_.get());

@@ -10,6 +10,7 @@
 #ifndef HETPS_DAEMONS_WORKERD_WORKERD_H_
 #define HETPS_DAEMONS_WORKERD_WORKERD_H_
 
+#include <atomic>
 #include <memory>
 
 #include "lib/config/config.h"
@@ -57,6 +58,7 @@ class Workerd final : public Daemon {
   std::unique_ptr<transport::TcpEndpoint> tcp_;  // null with data_tcp: false
   std::string data_address_;
   std::unique_ptr<Jobs> jobs_;
+  std::atomic<Jobs*> jobs_view_{nullptr};  // jobs_ for RPC threads (Admin.Drain's guard)
   std::unique_ptr<SchedulerAgent> agent_;
   bool shut_down_ = false;
 };

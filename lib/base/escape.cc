@@ -3,8 +3,6 @@
 #include "absl/strings/str_format.h"
 
 namespace hetps {
-namespace {
-
 // Length of the valid UTF-8 sequence at s[i] and its code point; 0 when
 // the bytes there are not valid UTF-8 (overlong, surrogate, truncated).
 size_t DecodeUtf8(absl::string_view s, size_t i, uint32_t* cp) {
@@ -38,12 +36,16 @@ size_t DecodeUtf8(absl::string_view s, size_t i, uint32_t* cp) {
   return n;
 }
 
+namespace {
+
 bool Invisible(uint32_t cp) {
   return (cp >= 0x80 && cp <= 0x9F) || cp == 0x061C || (cp >= 0x200B && cp <= 0x200F) ||
          (cp >= 0x2028 && cp <= 0x202E) || (cp >= 0x2060 && cp <= 0x2069) || cp == 0xFEFF;
 }
 
 }  // namespace
+
+bool IsControlOrInvisible(uint32_t cp) { return cp < 0x20 || cp == 0x7F || Invisible(cp); }
 
 std::string EscapeUntrusted(absl::string_view s) {
   std::string out;

@@ -19,6 +19,12 @@ namespace hetps {
 // bytes that are not part of valid UTF-8, \uNNNN for the code points above.
 std::string EscapeUntrusted(absl::string_view text);
 
+// The pieces, for other escapers (JSON): the length of the valid UTF-8
+// sequence at text[i] and its code point (0: not valid UTF-8 there), and
+// whether a code point is a control or an invisible format character.
+size_t DecodeUtf8(absl::string_view text, size_t i, uint32_t* code_point);
+bool IsControlOrInvisible(uint32_t code_point);
+
 }  // namespace hetps
 
 #endif  // HETPS_LIB_BASE_ESCAPE_H_

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "lib/base/escape.h"
 
 namespace hetps {
 
@@ -92,10 +93,21 @@ JsonWriter& JsonWriter::Null() {
   return *this;
 }
 
+// Strings may come from outside: controls and invisible format characters
+// (bidi overrides, zero-width) are written as \uXXXX (the same string to a
+// JSON reader, nothing hidden on a terminal), and bytes that are not UTF-8
+// as U+FFFD (JSON text must be UTF-8).
 std::string JsonWriter::Escape(absl::string_view v) {
   std::string out = "\"";
-  for (unsigned char c : v) {
-    switch (c) {
+  for (size_t i = 0; i < v.size();) {
+    uint32_t cp = 0;
+    const size_t n = DecodeUtf8(v, i, &cp);
+    if (n == 0) {
+      out.append("\\ufffd");
+      ++i;
+      continue;
+    }
+    switch (cp) {
       case '"':
         out.append("\\\"");
         break;
@@ -112,12 +124,13 @@ std::string JsonWriter::Escape(absl::string_view v) {
         out.append("\\t");
         break;
       default:
-        if (c < 0x20) {
-          absl::StrAppendFormat(&out, "\\u%04x", c);
+        if (IsControlOrInvisible(cp)) {
+          absl::StrAppendFormat(&out, "\\u%04x", cp);
         } else {
-          out.push_back(static_cast<char>(c));
+          out.append(v.data() + i, n);
         }
     }
+    i += n;
   }
   out.push_back('"');
   return out;

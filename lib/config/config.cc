@@ -10,6 +10,7 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -89,6 +90,24 @@ bool ConfigSchema::HasKey(absl::string_view key) const { return Find(key) != nul
 bool ConfigSchema::IsBool(absl::string_view key) const {
   const Field* f = Find(key);
   return f != nullptr && f->type == Type::kBool;
+}
+
+std::string ConfigSchema::Expected(const Field& f) {
+  switch (f.type) {
+    case Type::kString:
+      return "a string";
+    case Type::kAddress:
+      return "a host:port address";
+    case Type::kInt:
+      return "an integer";
+    case Type::kDouble:
+      return "a number";
+    case Type::kBool:
+      return "true or false";
+    case Type::kEnum:
+      return absl::StrCat("one of ", absl::StrJoin(f.choices, ", "));
+  }
+  return "a value";
 }
 
 const char* ConfigSchema::TypeName(Type t) {
@@ -251,6 +270,7 @@ absl::Status ConfigSchema::LoadYamlString(absl::string_view text, absl::string_v
   }
   // Validate everything first so a bad file changes nothing.
   std::vector<std::pair<Field*, std::string>> pending;
+  absl::flat_hash_map<std::string, int> seen;  // key -> line
   for (const auto& kv : root) {
     std::string key;
     try {
@@ -260,13 +280,20 @@ absl::Status ConfigSchema::LoadYamlString(absl::string_view text, absl::string_v
           absl::StrCat(origin, " line ", kv.first.Mark().line + 1, ": keys must be plain strings"));
     }
     std::string where = absl::StrCat(origin, " line ", kv.first.Mark().line + 1);
+    // YAML parsers keep the last of a repeated key: a typo'd copy-paste
+    // would silently win.
+    if (auto [it, fresh] = seen.emplace(key, kv.first.Mark().line + 1); !fresh) {
+      return absl::InvalidArgumentError(absl::StrCat("key '", key, "' is given twice in ", origin,
+                                                     " (lines ", it->second, " and ",
+                                                     kv.first.Mark().line + 1, ")"));
+    }
     Field* f = Find(key);
     if (f == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("unknown key '", key, "' in ", where));
     }
     if (!kv.second.IsScalar()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("key '", key, "' in ", where, ": expected a ", TypeName(f->type),
+          absl::StrCat("key '", key, "' in ", where, ": expected ", Expected(*f),
                        kv.second.IsNull() ? ", got nothing" : ", got a list or mapping"));
     }
     std::string value = kv.second.Scalar();

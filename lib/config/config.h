@@ -87,6 +87,8 @@ class ConfigSchema {
   void Store(Field& f, absl::string_view value);
   static std::string ValueText(const Field& f);
   static const char* TypeName(Type t);
+  // What a value of this field must be, for errors ("an integer").
+  static std::string Expected(const Field& f);
 
   std::string program_;
   std::vector<Field> fields_;

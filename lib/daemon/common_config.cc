@@ -29,6 +29,11 @@ void DeclareAgentConfig(ConfigSchema* schema, AgentConfig* c) {
               600000);
   schema->Int("register_backoff_max_ms", &c->register_backoff_max_ms,
               "Upper bound of the exponential backoff between registration attempts.", 10, 600000);
+  schema->Int("register_conflict_timeout_ms", &c->register_conflict_timeout_ms,
+              "How long schedd may refuse this node id as alive at another address before the "
+              "daemon exits 2 (another daemon runs with the same id); longer than schedd takes "
+              "to declare a crashed node dead.",
+              100, 3600000);
 }
 
 }  // namespace hetps

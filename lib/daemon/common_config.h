@@ -32,6 +32,10 @@ struct AgentConfig {
   std::string scheduler = "127.0.0.1:7070";
   int64_t rpc_timeout_ms = 2000;
   int64_t register_backoff_max_ms = 5000;
+  // How long schedd may keep refusing our node id as alive elsewhere
+  // before this daemon gives up (exit 2): longer than a restarted node's
+  // old registration takes to expire.
+  int64_t register_conflict_timeout_ms = 10000;
 };
 
 void DeclareAgentConfig(ConfigSchema* schema, AgentConfig* config);

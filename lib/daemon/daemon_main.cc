@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <ctime>
 
+#include "lib/base/escape.h"
 #include "lib/base/log.h"
 
 namespace hetps {
@@ -74,7 +75,14 @@ int RunDaemon(int argc, char** argv, const DaemonSpec& spec) {
     }
     if (drain.HasBeenNotified()) break;
   }
+  const absl::Status fatal = (*daemon)->runtime().fatal();
   (*daemon)->Shutdown();
+  if (!fatal.ok()) {
+    log.Error("stopped", {{"error", std::string(fatal.message())}});
+    daemon->reset();
+    std::fprintf(stderr, "%s: %s\n", spec.name, EscapeUntrusted(fatal.message()).c_str());
+    return 2;
+  }
   log.Info("stopped");
   daemon->reset();
   return 0;

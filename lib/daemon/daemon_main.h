@@ -6,7 +6,8 @@
 //   3. Create + Start the daemon; a start-up error (port in use, ...) prints
 //      one line "<daemon>: ..." and exits 2;
 //   4. wait for SIGTERM/SIGINT or an Admin.Drain request; then Shutdown()
-//      (graceful: leave the cluster, finish in-flight RPCs) and exit 0.
+//      (graceful: leave the cluster, finish in-flight RPCs) and exit 0; or
+//      for a NodeRuntime::Fatal condition: Shutdown, its message, exit 2.
 #ifndef HETPS_LIB_DAEMON_DAEMON_MAIN_H_
 #define HETPS_LIB_DAEMON_DAEMON_MAIN_H_
 

@@ -31,6 +31,10 @@ void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* c) {
               "Receive state all peers together can make this node hold (at least "
               "data_recv_peer_bytes_max); past it datagrams are dropped as over_budget.",
               1 << 20, int64_t(1) << 40);
+  schema->Int("data_peer_forget_ms", &c->data_peer_forget_ms,
+              "Forget a peer's path estimates, link state and metric series after this long "
+              "without a flow to or from it.",
+              100, 86'400'000);
   schema->Bool("data_tcp", &c->data_tcp,
                "Also accept kernel-TCP data flows (jobs with transport: tcp) on the data port.");
 }
@@ -48,6 +52,7 @@ absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
   ec.gro = c.data_gro;
   ec.recv_peer_bytes_max = uint64_t(c.data_recv_peer_bytes_max);
   ec.recv_bytes_max = uint64_t(c.data_recv_bytes_max);
+  ec.peer_forget_ms = uint32_t(c.data_peer_forget_ms);
   if (ec.recv_bytes_max < ec.recv_peer_bytes_max) {
     return absl::InvalidArgumentError(absl::StrCat(
         "data_recv_bytes_max (", c.data_recv_bytes_max, ") is below data_recv_peer_bytes_max (",
@@ -110,6 +115,27 @@ absl::StatusOr<std::unique_ptr<transport::TcpEndpoint>> CreateTcpDataEndpoint(
   return tcp;
 }
 
+absl::Status CreateDataEndpoints(const DataPlaneConfig& c, const std::string& advertise_host,
+                                 transport::Receiver* receiver,
+                                 std::unique_ptr<transport::Endpoint>* udp,
+                                 std::unique_ptr<transport::TcpEndpoint>* tcp,
+                                 std::string* data_address) {
+  ASSIGN_OR_RETURN(HostPort bind, ParseHostPort(c.data_listen));
+  constexpr int kTries = 16;
+  for (int attempt = 1;; ++attempt) {
+    ASSIGN_OR_RETURN(*udp, CreateDataEndpoint(c, advertise_host, receiver, data_address));
+    absl::StatusOr<std::unique_ptr<transport::TcpEndpoint>> t =
+        CreateTcpDataEndpoint(c, **udp, receiver);
+    if (t.ok()) {
+      *tcp = std::move(*t);
+      return absl::OkStatus();
+    }
+    (*udp)->Shutdown();
+    udp->reset();
+    if (bind.port != 0 || attempt == kTries || !absl::IsUnavailable(t.status())) return t.status();
+  }
+}
+
 absl::StatusOr<transport::Transport*> SelectJobTransport(const JobSpec& spec,
                                                          const transport::DataKey& key,
                                                          transport::Endpoint* udp,
@@ -123,6 +149,14 @@ absl::StatusOr<transport::Transport*> SelectJobTransport(const JobSpec& spec,
   }
   RETURN_IF_ERROR(tcp->SetCongestion(spec.tcp_congestion_name()));
   return tcp;
+}
+
+absl::flat_hash_map<std::string, std::string> PeerNamesOf(const v1::JobAssignment& a) {
+  absl::flat_hash_map<std::string, std::string> names;
+  for (const auto* members : {&a.servers(), &a.workers()}) {
+    for (const v1::JobMember& m : *members) names[m.data_address()] = m.node_id();
+  }
+  return names;
 }
 
 transport::EndpointStats CombinedStats(const transport::Endpoint& udp,
@@ -316,19 +350,49 @@ void TransportMetrics::Update(const transport::EndpointStats& s) {
   for (size_t i = 0; i < size_t(transport::CloseReason::kCount); ++i) {
     AdvanceCounter(lossy_closes_[i], s.lossy_closes[i], &last_.lossy_closes[i]);
   }
+  absl::flat_hash_map<std::string, std::string> names;
+  {
+    absl::MutexLock lock(&names_mu_);
+    names = names_;
+  }
+  auto label = [&](const transport::Peer& p) {
+    const std::string addr = p.ToString();
+    auto it = names.find(addr);
+    return it == names.end() ? addr : it->second;
+  };
+  decltype(series_) now;
+  auto set = [&](prometheus::Family<prometheus::Gauge>* family, const std::string& peer,
+                 double v) {
+    auto key = std::make_pair(family, peer);
+    auto it = series_.find(key);
+    prometheus::Gauge* g = it != series_.end() ? it->second : &family->Add({{"peer", peer}});
+    g->Set(v);
+    now[key] = g;
+  };
   for (const transport::LinkEstimate& l : s.links) {
-    const std::string peer = l.peer.ToString();
-    lt_->Add({{"peer", peer}})
-        .Set(l.lt_us == UINT64_MAX ? std::numeric_limits<double>::infinity() : l.lt_us / 1e6);
-    link_fraction_->Add({{"peer", peer}}).Set(l.last_fraction);
+    const std::string peer = label(l.peer);
+    set(lt_, peer,
+        l.lt_us == UINT64_MAX ? std::numeric_limits<double>::infinity() : l.lt_us / 1e6);
+    set(link_fraction_, peer, l.last_fraction);
   }
   for (const transport::PeerEstimate& e : s.peers) {
-    const std::string peer = e.peer.ToString();
-    btlbw_->Add({{"peer", peer}}).Set(static_cast<double>(e.btlbw_bps) / 8);
-    rtprop_->Add({{"peer", peer}}).Set(e.rtprop_us / 1e6);
-    cwnd_->Add({{"peer", peer}}).Set(static_cast<double>(e.cwnd_bytes));
-    rate_cap_->Add({{"peer", peer}}).Set(static_cast<double>(e.rate_cap_bps) / 8);
+    const std::string peer = label(e.peer);
+    set(btlbw_, peer, static_cast<double>(e.btlbw_bps) / 8);
+    set(rtprop_, peer, e.rtprop_us / 1e6);
+    set(cwnd_, peer, static_cast<double>(e.cwnd_bytes));
+    set(rate_cap_, peer, static_cast<double>(e.rate_cap_bps) / 8);
   }
+  // A peer gone from the stats (left, or forgotten after going quiet): its
+  // series go too.
+  for (const auto& [key, gauge] : series_) {
+    if (!now.contains(key)) key.first->Remove(gauge);
+  }
+  series_ = std::move(now);
+}
+
+void TransportMetrics::SetPeerNames(absl::flat_hash_map<std::string, std::string> names) {
+  absl::MutexLock lock(&names_mu_);
+  names_ = std::move(names);
 }
 
 }  // namespace hetps

@@ -11,10 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "lib/config/config.h"
 #include "lib/job/job_spec.h"
 #include "lib/transport/tcp_endpoint.h"
+#include "proto/hetps/v1/scheduler.pb.h"
 
 namespace hetps {
 
@@ -28,6 +31,7 @@ struct DataPlaneConfig {
   // Receive memory senders can make the node hold (recv_budget.h).
   int64_t data_recv_peer_bytes_max = 64ll << 20;
   int64_t data_recv_bytes_max = 256ll << 20;
+  int64_t data_peer_forget_ms = 60'000;  // EndpointConfig::peer_forget_ms
 };
 
 void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* config);
@@ -45,6 +49,15 @@ absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
 absl::StatusOr<std::unique_ptr<transport::TcpEndpoint>> CreateTcpDataEndpoint(
     const DataPlaneConfig& config, const transport::Endpoint& udp, transport::Receiver* receiver);
 
+// Both: the UDP endpoint, then TCP on the same port. With port 0 the UDP
+// port is the kernel's pick and the same TCP port may be taken: then both
+// are tried again on another (a few times).
+absl::Status CreateDataEndpoints(const DataPlaneConfig& config, const std::string& advertise_host,
+                                 transport::Receiver* receiver,
+                                 std::unique_ptr<transport::Endpoint>* udp,
+                                 std::unique_ptr<transport::TcpEndpoint>* tcp,
+                                 std::string* data_address);
+
 // The transport a job runs over (UDP for reliable and ltp, TCP for tcp),
 // with the job's data key set on both and its congestion control on TCP.
 // An error when the job wants TCP and this node has it off.
@@ -52,6 +65,9 @@ absl::StatusOr<transport::Transport*> SelectJobTransport(const JobSpec& spec,
                                                          const transport::DataKey& key,
                                                          transport::Endpoint* udp,
                                                          transport::TcpEndpoint* tcp);
+
+// A job's members by data address: the peer labels of TransportMetrics.
+absl::flat_hash_map<std::string, std::string> PeerNamesOf(const v1::JobAssignment& a);
 
 // Both transports' counters summed: one set of <prefix>_data_* metrics.
 transport::EndpointStats CombinedStats(const transport::Endpoint& udp,
@@ -69,12 +85,18 @@ void AdvanceCounter(prometheus::Counter* c, T now, T* last) {
 // A data-plane Endpoint's counters as Prometheus metrics (<prefix>_data_*;
 // docs/metrics.md). Update() is called periodically with a fresh
 // EndpointStats and advances each counter by what changed since the last
-// call. Not thread-safe: one caller (the scheduler agent's thread).
+// call. Per-peer series are labelled with the peer's node id (SetPeerNames:
+// the job's roster; a peer not in it keeps its data address) and removed
+// when the peer is gone from the stats (the endpoint forgets quiet peers).
+// Update has one caller (the scheduler agent's thread); SetPeerNames may
+// be called from any thread.
 
 class TransportMetrics {
  public:
   TransportMetrics(prometheus::Registry& registry, const std::string& prefix);
   void Update(const transport::EndpointStats& stats);
+  // data address ("ip:port") -> node id, for the series' peer label.
+  void SetPeerNames(absl::flat_hash_map<std::string, std::string> names);
 
  private:
   prometheus::Counter *datagrams_sent_, *datagrams_received_, *bytes_sent_, *bytes_received_,
@@ -92,6 +114,12 @@ class TransportMetrics {
   prometheus::Family<prometheus::Gauge>* lt_;
   prometheus::Family<prometheus::Gauge>* link_fraction_;
   transport::EndpointStats last_;
+  // The per-peer gauges set by the last Update, by (family, label).
+  absl::flat_hash_map<std::pair<prometheus::Family<prometheus::Gauge>*, std::string>,
+                      prometheus::Gauge*>
+      series_;
+  absl::Mutex names_mu_;
+  absl::flat_hash_map<std::string, std::string> names_ ABSL_GUARDED_BY(names_mu_);
 };
 
 }  // namespace hetps

@@ -133,4 +133,10 @@ void JobRunner::Loop() {
   }
 }
 
+std::string JobRunner::ActiveJob() const {
+  absl::MutexLock lock(&mu_);
+  if (!has_job_ || done_ || Ended(current_.state())) return "";
+  return current_.job_id();
+}
+
 }  // namespace hetps

@@ -40,6 +40,9 @@ class JobRunner : public JobHandler {
   void Shutdown();
 
   bool FillJobReport(v1::NodeJobReport* report) final;
+  // The id of the job this node is a member of and running now (not ended),
+  // or empty.
+  std::string ActiveJob() const;
   void OnJobAssignment(const v1::JobAssignment& assignment) final;
 
  protected:

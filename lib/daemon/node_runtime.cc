@@ -34,9 +34,18 @@ class NodeRuntime::AdminService final : public v1::Admin::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Drain(grpc::ServerContext* ctx, const v1::DrainRequest*,
+  grpc::Status Drain(grpc::ServerContext* ctx, const v1::DrainRequest* req,
                      v1::DrainResponse* resp) override {
     if (grpc::Status a = rt_->authorizer_->RequireAdmin(ctx, "Admin.Drain"); !a.ok()) return a;
+    if (!req->force() && rt_->drain_guard_) {
+      const std::string harm = rt_->drain_guard_();
+      if (!harm.empty()) {
+        rt_->logger_.Warn("drain refused", {{"by", rt_->authorizer_->Identify(ctx).name},
+                                            {"reason", harm}});
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            absl::StrCat(harm, "; drain with --force to do it anyway"));
+      }
+    }
     rt_->logger_.Info("drain requested",
                       {{"via", "admin rpc"}, {"by", rt_->authorizer_->Identify(ctx).name}});
     if (!rt_->drain_requested_.HasBeenNotified()) rt_->drain_requested_.Notify();
@@ -102,8 +111,9 @@ absl::StatusOr<std::unique_ptr<NodeRuntime>> NodeRuntime::Create(const std::stri
 }
 
 absl::Status NodeRuntime::StartControl(const std::vector<grpc::Service*>& services,
-                                       StatusHook hook) {
+                                       StatusHook hook, DrainGuard drain_guard) {
   status_hook_ = std::move(hook);
+  drain_guard_ = std::move(drain_guard);
   admin_ = std::make_unique<AdminService>(this);
   std::vector<grpc::Service*> all = services;
   all.push_back(admin_.get());
@@ -168,6 +178,20 @@ absl::Status NodeRuntime::MarkServing() {
         absl::StrCat("cannot rename ready_file to '", config_.ready_file, "'"));
   }
   return absl::OkStatus();
+}
+
+void NodeRuntime::Fatal(absl::Status why) {
+  {
+    absl::MutexLock lock(&fatal_mu_);
+    if (!fatal_.ok()) return;
+    fatal_ = std::move(why);
+  }
+  if (!drain_requested_.HasBeenNotified()) drain_requested_.Notify();
+}
+
+absl::Status NodeRuntime::fatal() const {
+  absl::MutexLock lock(&fatal_mu_);
+  return fatal_;
 }
 
 void NodeRuntime::StopControl() {

@@ -42,6 +42,9 @@ class NodeRuntime {
  public:
   // Fills role-specific parts of Admin.GetStatus.
   using StatusHook = std::function<void(v1::GetStatusResponse*)>;
+  // What draining now would do to running work ("" when nothing): an
+  // Admin.Drain without force is refused with it.
+  using DrainGuard = std::function<std::string()>;
 
   static absl::StatusOr<std::unique_ptr<NodeRuntime>> Create(const std::string& daemon_name,
                                                              NodeRole role,
@@ -51,7 +54,8 @@ class NodeRuntime {
 
   // Binds the control server with Admin + `services` and fixes the node id
   // (with TLS it is fixed at Create: the certificate's CN).
-  absl::Status StartControl(const std::vector<grpc::Service*>& services, StatusHook hook);
+  absl::Status StartControl(const std::vector<grpc::Service*>& services, StatusHook hook,
+                            DrainGuard drain_guard = nullptr);
   // Writes the ready file, if configured, and marks the node SERVING.
   absl::Status MarkServing();
   // Marks DRAINING and stops the control server, waiting at most the grace.
@@ -67,6 +71,10 @@ class NodeRuntime {
   const Logger& logger() const { return logger_; }
   // Raised by Admin.Drain; main waits on it alongside SIGTERM.
   absl::Notification& drain_requested() { return drain_requested_; }
+  // A condition the daemon cannot run under (another live node holds its
+  // id): main shuts it down and exits 2 with the message. First one wins.
+  void Fatal(absl::Status why);
+  absl::Status fatal() const;
   absl::Time start_time() const { return start_time_; }
   // The control plane's TLS material and the per-call authorizer.
   const TlsMaterial& tls() const { return tls_; }
@@ -98,8 +106,11 @@ class NodeRuntime {
   std::string gpu_note_;  // why no GPU is usable, when none is
   Logger logger_;
   absl::Notification drain_requested_;
+  mutable absl::Mutex fatal_mu_;
+  absl::Status fatal_ ABSL_GUARDED_BY(fatal_mu_);
   std::atomic<int> serving_state_{v1::SERVING_STATE_STARTING};
   StatusHook status_hook_;
+  DrainGuard drain_guard_;
 };
 
 }  // namespace hetps

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "lib/base/version.h"
 #include "lib/rpc/grpc_util.h"
 #include "lib/rpc/membership_proto.h"
@@ -72,6 +73,21 @@ bool SchedulerAgent::RegisterOnce() {
   grpc::ClientContext ctx;
   SetDeadline(&ctx, absl::Milliseconds(config_.rpc_timeout_ms));
   grpc::Status s = stub_->Register(&ctx, req, &resp);
+  if (s.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+    // Our id is alive elsewhere: wait for it to expire (we restarted), or
+    // give up (a second daemon with our id).
+    registrations_failed_->Increment();
+    const absl::Time now = absl::Now();
+    if (conflict_since_ == absl::InfinitePast()) conflict_since_ = now;
+    logger_.Warn("node id in use", {{"scheduler", config_.scheduler}, {"error", s.error_message()}});
+    if (now - conflict_since_ >= absl::Milliseconds(config_.register_conflict_timeout_ms)) {
+      runtime_->Fatal(absl::AlreadyExistsError(absl::StrCat(
+          s.error_message(), " (refused for ", config_.register_conflict_timeout_ms,
+          " ms); give this daemon another node_id, or stop the other one")));
+    }
+    return false;
+  }
+  conflict_since_ = absl::InfinitePast();
   if (!s.ok()) {
     registrations_failed_->Increment();
     logger_.Warn("register failed", {{"scheduler", config_.scheduler},

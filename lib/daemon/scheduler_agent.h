@@ -67,6 +67,7 @@ class SchedulerAgent {
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time conflict_since_ = absl::InfinitePast();  // agent thread: refusals as alive elsewhere
   bool connected_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t incarnation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t membership_version_ ABSL_GUARDED_BY(mu_) = 0;

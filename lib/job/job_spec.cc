@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/escape.h"
 #include "lib/base/status_macros.h"
 #include "lib/config/config.h"
 #include "lib/train/model.h"
@@ -113,7 +114,28 @@ absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view yaml, absl::string_view o
   JobSpec j;
   ConfigSchema schema("job");
   Bind(schema, j);
+  for (size_t i = 0; i < yaml.size();) {
+    uint32_t cp = 0;
+    const size_t n = DecodeUtf8(yaml, i, &cp);
+    if (n == 0 || cp == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          origin, ": not UTF-8 text (byte ", i, "): a job spec is a YAML file"));
+    }
+    i += n;
+  }
   RETURN_IF_ERROR(schema.LoadYamlString(yaml, origin));
+  // 0 means "not set" for these two (the canonical YAML writes the unset
+  // one as 0); written out while the other is unset too, it is a job that
+  // trains nothing, which deserves its own message.
+  for (const ConfigSchema::Entry& e : schema.Entries()) {
+    if ((e.key == "epochs" || e.key == "iterations") && e.source == ConfigSource::kFile &&
+        e.value == "0" && j.epochs <= 0 && j.iterations <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(origin, ": '", e.key,
+                                                     ": 0' trains nothing; set it to at least 1, "
+                                                     "or leave it out and set ",
+                                                     e.key == "epochs" ? "iterations" : "epochs"));
+    }
+  }
   RETURN_IF_ERROR(Validate(j, origin));
   return j;
 }

@@ -90,6 +90,15 @@ TEST_CASE("bad jobs are errors naming the key", "[job]") {
   CHECK(msg("iterations: 5\noptimizer: lbfgs\n").find("optimizer") != std::string::npos);
   CHECK(msg("iterations: 5\nname: \"\"\n").find("'name'") != std::string::npos);
   CHECK(msg("- a\n- b\n") != "ok");
+  CHECK(msg("epochs: 0\n").find("'epochs: 0' trains nothing") != std::string::npos);
+  CHECK(msg("iterations: 0\n").find("'iterations: 0' trains nothing") != std::string::npos);
+  CHECK(msg("iterations: 0\nepochs: 2\n") == "ok");  // 0: not set
+  CHECK(msg("iterations: 5\niterations: 6\n").find("'iterations' is given twice") !=
+        std::string::npos);
+  CHECK(msg("iterations: x5\n").find("expected an integer") != std::string::npos);
+  CHECK(msg("iterations: 5\nmodel: [a]\n").find("expected one of") != std::string::npos);
+  CHECK(msg("iterations: 5\nname: \"\xff\xfe\"\n").find("not UTF-8 text (byte 21)") !=
+        std::string::npos);
   CHECK(!ParseJobSpecFile("/nonexistent/job.yaml").ok());
 }
 

@@ -100,6 +100,20 @@ absl::StatusOr<uint64_t> Membership::Register(NodeRecord node) {
   }
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(node.node_id);
+  // One live node per id. Another control address while the registered one
+  // is alive is a second daemon with the same id (or this node restarted on
+  // a new port before its old registration expired): refused, so the live
+  // one keeps its incarnation. The same address is the same endpoint: the
+  // old process is gone (ports are not shared), and it re-joins at once.
+  if (it != nodes_.end() && it->second.state == NodeState::kAlive &&
+      it->second.control_address != node.control_address) {
+    ++counters_.conflicts;
+    return absl::AlreadyExistsError(absl::StrCat(
+        "node id '", node.node_id, "' is alive at ", it->second.control_address, " (incarnation ",
+        it->second.incarnation, "); refused the registration from ", node.control_address,
+        ": another daemon runs with this node id, or this node restarted before its old "
+        "registration expired"));
+  }
   if (it == nodes_.end() && !MakeRoomLocked()) {
     return absl::ResourceExhaustedError(
         absl::StrCat("membership table is full (", options_.nodes_max, " live nodes)"));

@@ -126,6 +126,7 @@ class Membership {
     uint64_t deaths = 0;
     uint64_t departures = 0;
     uint64_t watch_overflows = 0;
+    uint64_t conflicts = 0;  // registrations refused: the id is alive elsewhere
   };
 
   Membership(Options options, const Clock* clock);

@@ -50,6 +50,32 @@ TEST_CASE("heartbeats keep a node alive") {
   CHECK(m.List(false).size() == 1);
 }
 
+TEST_CASE("one live node per id: a second address is refused, the first unharmed") {
+  FakeClock clock;
+  Membership m(Opts(), &clock);
+  auto first = m.Register(Node("psd-0"));
+  REQUIRE(first.ok());
+  NodeRecord impostor = Node("psd-0");
+  impostor.control_address = "127.0.0.1:2";
+  auto second = m.Register(impostor);
+  REQUIRE(second.status().code() == absl::StatusCode::kAlreadyExists);
+  // The message names both addresses.
+  CHECK(second.status().message().find("alive at 127.0.0.1:1") != absl::string_view::npos);
+  CHECK(second.status().message().find("from 127.0.0.1:2") != absl::string_view::npos);
+  CHECK(m.counters().conflicts == 1);
+  // The live one keeps its incarnation and its heartbeats.
+  CHECK(m.Get("psd-0")->incarnation == *first);
+  CHECK(m.Heartbeat("psd-0", *first).ok());
+  // The same address is the same endpoint (the old process is gone): at once.
+  auto again = m.Register(Node("psd-0"));
+  REQUIRE(again.ok());
+  CHECK(*again != *first);
+  // Once the registered one is dead, the other address may take the id.
+  clock.Advance(absl::Seconds(1));
+  m.Expire();
+  CHECK(m.Register(impostor).ok());
+}
+
 TEST_CASE("a restarted node re-registers with a new incarnation") {
   FakeClock clock;
   Membership m(Opts(), &clock);

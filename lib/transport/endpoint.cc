@@ -196,6 +196,7 @@ struct RecvFlow {
 };
 
 struct RecvLink {
+  uint64_t last_us = 0;  // its latest data packet (idle links are forgotten)
   LinkThreshold threshold;
   LinkEstimate estimate;
   IngressRate recent{kShareBinUs, kShareBins};  // this peer's data rate (fair share)
@@ -270,6 +271,10 @@ struct Endpoint::Impl {
   std::vector<InDatagram> rx;
   std::atomic<uint32_t> flow_counter;
   uint64_t last_gc_us = 0;
+  struct {
+    uint64_t congestion_rounds = 0, standing_queue_rounds = 0, undone_rounds = 0,
+             startup_restarts = 0;
+  } retired;  // counters of peers forgotten (GarbageCollect)
   uint64_t last_publish_us = 0;
   uint64_t next_threshold_us = UINT64_MAX;
 
@@ -784,7 +789,9 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
   }
   word |= bit;
   ingress.OnBytes(now, f.packet_bytes);
-  links[from].recent.OnBytes(now, f.packet_bytes);
+  RecvLink& link = links[from];
+  link.recent.OnBytes(now, f.packet_bytes);
+  link.last_us = now;
   receiver->OnData(from, h, p.payload);
   ++f.received;
   while (f.prefix < f.total && f.has(f.prefix)) ++f.prefix;
@@ -1239,10 +1246,37 @@ void Endpoint::Impl::GarbageCollect(uint64_t now) {
       ++it;
     }
   }
+  // Peers gone quiet are forgotten, so state (and the metric series made
+  // from it) does not pile up with every peer ever seen; their counters
+  // stay in the totals.
+  const uint64_t forget_us = uint64_t(config.peer_forget_ms) * 1000;
+  for (auto it = peers.begin(); it != peers.end();) {
+    PeerState& ps = *it->second;
+    if (ps.flows.empty() && ps.idle_since_us != 0 && now > ps.idle_since_us + forget_us) {
+      retired.congestion_rounds += ps.cc.congestion_rounds();
+      retired.standing_queue_rounds += ps.cc.standing_queue_rounds();
+      retired.undone_rounds += ps.cc.undone_rounds();
+      retired.startup_restarts += ps.cc.startup_restarts();
+      peers.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = links.begin(); it != links.end();) {
+    if (now > it->second.last_us + forget_us) {
+      links.erase(it++);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void Endpoint::Impl::Publish() {
   EndpointStats s = stats;
+  s.congestion_rounds = retired.congestion_rounds;
+  s.standing_queue_rounds = retired.standing_queue_rounds;
+  s.undone_rounds = retired.undone_rounds;
+  s.startup_restarts = retired.startup_restarts;
   for (auto& [peer, ps] : peers) {
     s.peers.push_back({peer, ps->cc.btlbw_bps(), ps->cc.rtprop_us(), ps->cc.pacing_rate_bps(),
                        ps->cc.cwnd_bytes(), ps->cc.congestion_rounds(), ps->cc.rate_cap_bps(),
@@ -1252,7 +1286,11 @@ void Endpoint::Impl::Publish() {
     s.undone_rounds += ps->cc.undone_rounds();
     s.startup_restarts += ps->cc.startup_restarts();
   }
-  for (auto& [peer, link] : links) s.links.push_back(link.estimate);
+  for (auto& [peer, link] : links) {
+    if (link.estimate.lossy_flows == 0) continue;  // Early Close state only for LTP links
+    s.links.push_back(link.estimate);
+    s.links.back().peer = peer;
+  }
   s.ingress_bps = ingress.link_rate_bps(Now());
   s.recv_state_bytes = budget.total();
   absl::MutexLock lock(&mu);

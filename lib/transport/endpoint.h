@@ -95,6 +95,9 @@ struct EndpointConfig {
   uint32_t rto_initial_us = 250'000;
   uint32_t rto_max_us = 2'000'000;
   uint32_t recv_flow_idle_ms = 60'000;  // forget half-received flows after this
+  // Forget a peer's estimates and link state after this long without a
+  // flow to or from it (a peer that left, an old job's).
+  uint32_t peer_forget_ms = 60'000;
   // Delayed ACKs: a flow's ACKs wait until ack_every packets are pending or
   // the first has waited min(ack_delay_max_us, the sender's RTprop / 8); a
   // flow's last packet is acknowledged at once. Each ACK datagram costs the
