@@ -6,7 +6,9 @@
 # GPU-tagged targets run only where a GPU is present; elsewhere they are
 # counted as skipped.
 #
-# Then runs every libFuzzer target for HETPS_FUZZ_SECONDS (default 60; 0 skips).
+# Then the clang thread-safety check of lib/ and daemons/ (tools/tsa.sh,
+# one test), and every libFuzzer target for HETPS_FUZZ_SECONDS (default
+# 60; 0 skips).
 #
 # usage: tools/test.sh [extra bazel flags, e.g. --config=asan]
 set -uo pipefail
@@ -73,6 +75,17 @@ fi
 if [ "$passed" -eq 0 ] && [ "$failed" -eq 0 ]; then
   echo "test: no test ran"
   failed=1
+fi
+
+# Checked lock discipline (clang -Wthread-safety -Werror): one test.
+echo
+echo "test: clang thread-safety analysis (tools/tsa.sh)"
+tsa_out=$(bash tools/tsa.sh 2>&1)
+echo "$tsa_out" | tail -n 40 | sed 's/^/  /'
+if grep -q '^tsa: PASSED' <<<"$tsa_out"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
 fi
 
 # Fuzz targets (libFuzzer, ASan + UBSan): each counts as one test.

@@ -197,12 +197,14 @@ void Membership::PublishLocked(MembershipEventKind kind, const NodeRecord& node)
     w->Push(event);
   }
   // Forget watchers that overflowed; they learn it from Next().
-  auto gone = std::remove_if(watchers_.begin(), watchers_.end(), [this](const auto& w) {
+  uint64_t overflowed = 0;
+  auto gone = std::remove_if(watchers_.begin(), watchers_.end(), [&overflowed](const auto& w) {
     absl::MutexLock wl(&w->mu_);
-    if (w->overflowed_) ++counters_.watch_overflows;
+    if (w->overflowed_) ++overflowed;
     return w->overflowed_ || w->closed_;
   });
   watchers_.erase(gone, watchers_.end());
+  counters_.watch_overflows += overflowed;
 }
 
 std::vector<NodeRecord> Membership::List(bool include_departed) const {

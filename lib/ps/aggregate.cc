@@ -7,13 +7,10 @@ namespace ps {
 namespace {
 
 // Sums N inputs in registers and stores once: every input byte is read once,
-// every output byte written once. Cloned for AVX-512 / AVX2 / baseline x86-64
-// and picked at load time (target_clones), so one binary runs anywhere.
+// every output byte written once.
 template <int N>
-__attribute__((target_clones("avx512f", "avx2", "default"))) void SumN(const float* const* in,
-                                                                       size_t len, float scale,
-                                                                       float* out,
-                                                                       bool accumulate) {
+inline __attribute__((always_inline)) void SumBody(const float* const* in, size_t len, float scale,
+                                                   float* out, bool accumulate) {
   const float* __restrict p[N];
   for (int k = 0; k < N; ++k) p[k] = in[k];
   float* __restrict o = out;
@@ -24,9 +21,26 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void SumN(const flo
   }
 }
 
+// One function per N, cloned for AVX-512 / AVX2 / baseline x86-64 and
+// picked at load time (target_clones), so one binary runs anywhere. Plain
+// functions, not a template: clang does not clone templates.
+#define HETPS_SUM_KERNEL(N)                                                                   \
+  __attribute__((target_clones("avx512f", "avx2", "default"))) void Sum##N(                  \
+      const float* const* in, size_t len, float scale, float* out, bool accumulate) {        \
+    SumBody<N>(in, len, scale, out, accumulate);                                               \
+  }
+HETPS_SUM_KERNEL(1)
+HETPS_SUM_KERNEL(2)
+HETPS_SUM_KERNEL(3)
+HETPS_SUM_KERNEL(4)
+HETPS_SUM_KERNEL(5)
+HETPS_SUM_KERNEL(6)
+HETPS_SUM_KERNEL(7)
+HETPS_SUM_KERNEL(8)
+#undef HETPS_SUM_KERNEL
+
 using Kernel = void (*)(const float* const*, size_t, float, float*, bool);
-constexpr Kernel kKernels[] = {nullptr, SumN<1>, SumN<2>, SumN<3>, SumN<4>,
-                               SumN<5>, SumN<6>, SumN<7>, SumN<8>};
+constexpr Kernel kKernels[] = {nullptr, Sum1, Sum2, Sum3, Sum4, Sum5, Sum6, Sum7, Sum8};
 constexpr size_t kGroup = 8;
 
 }  // namespace
