@@ -61,15 +61,6 @@ class Watcher {
   std::vector<std::pair<v1::MembershipEvent, absl::Time>> events_;
 };
 
-ProcessResult Psctl(const LocalCluster& c, std::vector<std::string> args,
-                    const std::string& endpoint = "") {
-  std::vector<std::string> argv = {Runfile("clients/psctl/psctl"),
-                                   "--endpoint=" + (endpoint.empty() ? c.schedd_address() : endpoint)};
-  for (const std::string& f : c.PsctlFlags()) argv.push_back(f);
-  argv.insert(argv.end(), args.begin(), args.end());
-  return RunCommand(argv);
-}
-
 void StartFiveNodes(LocalCluster& c) {
   REQUIRE(c.StartSchedd().ok());
   for (const char* id : {"psd-0", "psd-1"}) {
@@ -88,7 +79,7 @@ void StartFiveNodes(LocalCluster& c) {
 TEST_CASE("psctl nodes -o json lists 5 live nodes with roles and capabilities") {
   LocalCluster c("five");
   StartFiveNodes(c);
-  ProcessResult r = Psctl(c, {"nodes", "-o", "json"});
+  ProcessResult r = c.Psctl({"nodes", "-o", "json"});
   INFO(r.stderr_text);
   REQUIRE(r.exit_code == 0);
   google::protobuf::Struct parsed;
@@ -111,19 +102,19 @@ TEST_CASE("psctl nodes -o json lists 5 live nodes with roles and capabilities") 
   CHECK(roles["server"] == 2);
   CHECK(roles["worker"] == 2);
 
-  ProcessResult table = Psctl(c, {"nodes"});
+  ProcessResult table = c.Psctl({"nodes"});
   CHECK(table.exit_code == 0);
   CHECK(table.stdout_text.find("5 alive of 5 listed") != std::string::npos);
-  ProcessResult status = Psctl(c, {"status", "-o", "json"});
+  ProcessResult status = c.Psctl({"status", "-o", "json"});
   CHECK(status.exit_code == 0);
   CHECK(status.stdout_text.find("\"server\":2") != std::string::npos);
   CHECK(status.stdout_text.find("\"worker\":2") != std::string::npos);
 
   // A node's own Admin endpoint answers too.
-  ProcessResult node_status = Psctl(c, {"status", "-o", "json"}, c.node("psd-0").control_address);
+  ProcessResult node_status = c.Psctl({"status", "-o", "json"}, c.node("psd-0").control_address);
   CHECK(node_status.exit_code == 0);
   CHECK(node_status.stdout_text.find("\"scheduler_connected\":true") != std::string::npos);
-  ProcessResult cfg = Psctl(c, {"config"}, c.node("psd-0").control_address);
+  ProcessResult cfg = c.Psctl({"config"}, c.node("psd-0").control_address);
   CHECK(cfg.exit_code == 0);
   CHECK(cfg.stdout_text.find("node_id") != std::string::npos);
   CHECK(cfg.stdout_text.find("flag") != std::string::npos);
@@ -171,7 +162,7 @@ TEST_CASE("SIGKILLed workerd is dead within 3 heartbeat intervals; restart bring
   CHECK(joined.node().state() == v1::NODE_STATE_ALIVE);
   REQUIRE(WaitFor([&] { return c.AliveCount() == 5; }, absl::Seconds(5)));
 
-  ProcessResult all = Psctl(c, {"nodes", "--all", "-o", "json"});
+  ProcessResult all = c.Psctl({"nodes", "--all", "-o", "json"});
   CHECK(all.exit_code == 0);
   CHECK(all.stdout_text.find("\"dead\"") == std::string::npos);  // worker-1 alive again
 }
@@ -188,7 +179,7 @@ TEST_CASE("SIGTERM and Admin.Drain leave the cluster cleanly with exit 0") {
   CHECK(WaitFor([&] { return watch.Find(v1::MembershipEvent::KIND_LEFT, "psd-1", &at); },
                 absl::Seconds(5)));
 
-  ProcessResult drain = Psctl(c, {"drain"}, c.node("worker-0").control_address);
+  ProcessResult drain = c.Psctl({"drain"}, c.node("worker-0").control_address);
   CHECK(drain.exit_code == 0);
   CHECK(c.WaitExit("worker-0", absl::Seconds(10)) == 0);
   CHECK(WaitFor([&] { return watch.Find(v1::MembershipEvent::KIND_LEFT, "worker-0", &at); },
@@ -199,7 +190,7 @@ TEST_CASE("SIGTERM and Admin.Drain leave the cluster cleanly with exit 0") {
   // schedd itself: SIGTERM -> exit 0; psctl then reports unavailable (4).
   c.Kill("schedd", SIGTERM);
   CHECK(c.WaitExit("schedd", absl::Seconds(10)) == 0);
-  ProcessResult gone = Psctl(c, {"nodes"});
+  ProcessResult gone = c.Psctl({"nodes"});
   CHECK(gone.exit_code == 4);
   CHECK(gone.stdout_text.empty());
   CHECK(gone.stderr_text.find("unavailable") != std::string::npos);

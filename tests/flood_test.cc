@@ -27,50 +27,17 @@ namespace {
 const char* const kNodes[][2] = {
     {"psd", "psd-0"}, {"psd", "psd-1"}, {"workerd", "worker-0"}, {"workerd", "worker-1"}};
 
-ProcessResult Psctl(const LocalCluster& c, std::vector<std::string> args) {
-  std::vector<std::string> argv = {Runfile("clients/psctl/psctl"),
-                                   "--endpoint=" + c.schedd_address()};
-  for (const std::string& f : c.PsctlFlags()) argv.push_back(f);
-  argv.insert(argv.end(), args.begin(), args.end());
-  return RunCommand(argv);
-}
-
-v1::JobStatus GetJob(const LocalCluster& c) {
-  auto stub = c.SchedulerStub();
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, absl::Seconds(2));
-  v1::GetJobResponse resp;
-  grpc::Status s = stub->GetJob(&ctx, v1::GetJobRequest(), &resp);
-  return s.ok() ? resp.job() : v1::JobStatus();
-}
-
-bool Ended(const v1::JobStatus& j) {
-  return j.state() == v1::JOB_STATE_SUCCEEDED || j.state() == v1::JOB_STATE_FAILED ||
-         j.state() == v1::JOB_STATE_CANCELLED;
-}
-
 v1::JobStatus RunDefaultJob(const LocalCluster& c) {
-  ProcessResult sub = Psctl(c, {"job", "submit", Runfile("deploy/jobs/mlp.yaml")});
+  ProcessResult sub = c.Psctl({"job", "submit", Runfile("deploy/jobs/mlp.yaml")});
   INFO(sub.stderr_text);
   REQUIRE(sub.exit_code == 0);
   v1::JobStatus j;
   REQUIRE(WaitFor(
       [&] {
-        j = GetJob(c);
-        return j.state() == v1::JOB_STATE_RUNNING || Ended(j);
+        j = c.Job();
+        return j.state() == v1::JOB_STATE_RUNNING || JobEnded(j);
       },
       absl::Seconds(60)));
-  return j;
-}
-
-v1::JobStatus WaitEnd(const LocalCluster& c) {
-  v1::JobStatus j;
-  REQUIRE(WaitFor(
-      [&] {
-        j = GetJob(c);
-        return Ended(j);
-      },
-      absl::Seconds(400)));
   return j;
 }
 
@@ -121,7 +88,8 @@ TEST_CASE("the default job trains through a flood of hostile datagrams", "[flood
 
   // A clean run of the default job: the reference.
   RunDefaultJob(c);
-  const v1::JobStatus clean = WaitEnd(c);
+  v1::JobStatus clean;
+  REQUIRE(c.WaitJobEnded(absl::Seconds(400), &clean));
   INFO("clean: " << clean.message());
   REQUIRE(clean.state() == v1::JOB_STATE_SUCCEEDED);
 
@@ -135,7 +103,7 @@ TEST_CASE("the default job trains through a flood of hostile datagrams", "[flood
   // Learn from the live job's traffic: its key id and datagrams to replay.
   std::vector<Captured> captured;
   if (can_capture) {
-    WaitFor([&] { return GetJob(c).iteration() >= 50; }, absl::Seconds(60));
+    WaitFor([&] { return c.Job().iteration() >= 50; }, absl::Seconds(60));
     captured = (*capture)->Stop();
   }
   uint8_t key_id = 0;
@@ -170,8 +138,9 @@ TEST_CASE("the default job trains through a flood of hostile datagrams", "[flood
     }
     for (auto& t : floods) t.join();
   }
-  CHECK(!Ended(GetJob(c)));  // the flood hit a training job, start to end
-  const v1::JobStatus flooded = WaitEnd(c);
+  CHECK(!JobEnded(c.Job()));  // the flood hit a training job, start to end
+  v1::JobStatus flooded;
+  REQUIRE(c.WaitJobEnded(absl::Seconds(400), &flooded));
 
   WARN("clean accuracy " << clean.test_accuracy() << ", flooded " << flooded.test_accuracy()
                          << ", iterations " << flooded.iteration());

@@ -14,16 +14,6 @@ namespace hetps {
 namespace testing {
 namespace {
 
-// psctl as admin against schedd, or against `endpoint`.
-ProcessResult Psctl(const LocalCluster& c, std::vector<std::string> args,
-                    const std::string& endpoint = "") {
-  std::vector<std::string> argv = {Runfile("clients/psctl/psctl"),
-                                   "--endpoint=" + (endpoint.empty() ? c.schedd_address() : endpoint)};
-  for (const std::string& f : c.PsctlFlags()) argv.push_back(f);
-  argv.insert(argv.end(), args.begin(), args.end());
-  return RunCommand(argv);
-}
-
 std::string WriteJob(const LocalCluster& c, const std::string& name, const std::string& yaml) {
   const std::string path = c.dir() + "/" + name;
   std::ofstream(path) << yaml;
@@ -48,30 +38,6 @@ void StartCluster(LocalCluster& c, int workers) {
   REQUIRE(WaitFor([&] { return c.AliveCount() == 3 + workers; }, absl::Seconds(15)));
 }
 
-v1::JobStatus GetJob(const LocalCluster& c) {
-  auto stub = c.SchedulerStub();
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, absl::Seconds(2));
-  v1::GetJobResponse resp;
-  grpc::Status s = stub->GetJob(&ctx, v1::GetJobRequest(), &resp);
-  return s.ok() ? resp.job() : v1::JobStatus();
-}
-
-bool Ended(const v1::JobStatus& j) {
-  return j.state() == v1::JOB_STATE_SUCCEEDED || j.state() == v1::JOB_STATE_FAILED ||
-         j.state() == v1::JOB_STATE_CANCELLED;
-}
-
-// Polls the current job until it ends; *j is its last status.
-bool WaitEnded(const LocalCluster& c, absl::Duration timeout, v1::JobStatus* j) {
-  return WaitFor(
-      [&] {
-        *j = GetJob(c);
-        return Ended(*j);
-      },
-      timeout);
-}
-
 const v1::NodeJobStatus* Node(const v1::JobStatus& j, const std::string& id) {
   for (const auto& n : j.nodes()) {
     if (n.node_id() == id) return &n;
@@ -90,14 +56,14 @@ TEST_CASE("A killed workerd: rounds close at the deadline, the job finishes with
   const std::string job = WriteJob(c, "job.yaml",
                                    "name: kill-test\nmodel: mlp\niterations: 400\n"
                                    "eval_every: 100\nround_deadline_ms: 400\n");
-  ProcessResult sub = Psctl(c, {"job", "submit", job, "-o", "json"});
+  ProcessResult sub = c.Psctl({"job", "submit", job, "-o", "json"});
   INFO(sub.stdout_text << sub.stderr_text);
   REQUIRE(sub.exit_code == 0);
   CHECK(sub.stdout_text.find("\"state\":\"starting\"") != std::string::npos);
 
   REQUIRE(WaitFor(
       [&] {
-        v1::JobStatus j = GetJob(c);
+        v1::JobStatus j = c.Job();
         return j.state() == v1::JOB_STATE_RUNNING && j.iteration() >= 100;
       },
       absl::Seconds(60)));
@@ -115,10 +81,10 @@ TEST_CASE("A killed workerd: rounds close at the deadline, the job finishes with
       absl::Seconds(10)));
   CHECK(psd_metrics().find("0.0.0.0:0") == std::string::npos);
   c.Kill("worker-1", SIGKILL);
-  const int64_t killed_at = GetJob(c).iteration();
+  const int64_t killed_at = c.Job().iteration();
 
   v1::JobStatus j;
-  REQUIRE(WaitEnded(c, absl::Seconds(120), &j));
+  REQUIRE(c.WaitJobEnded(absl::Seconds(120), &j));
   INFO("state " << v1::JobState_Name(j.state()) << ": " << j.message());
   REQUIRE(j.state() == v1::JOB_STATE_SUCCEEDED);
   CHECK(j.total_iterations() == 400);
@@ -136,7 +102,7 @@ TEST_CASE("A killed workerd: rounds close at the deadline, the job finishes with
   // It still learned: 400 iterations of mlp reach well above chance (10%).
   CHECK(j.test_accuracy() > 0.6);
   // The surviving daemons are fine and the job table says why in psctl.
-  ProcessResult status = Psctl(c, {"job", "status"});
+  ProcessResult status = c.Psctl({"job", "status"});
   CHECK(status.exit_code == 0);
   CHECK(status.stdout_text.find("succeeded") != std::string::npos);
   CHECK(c.AliveCount() == 4);
@@ -148,110 +114,103 @@ TEST_CASE("A killed workerd: rounds close at the deadline, the job finishes with
 TEST_CASE("Bad specs are refused with the key named; cancel stops a job; the next job runs") {
   LocalCluster c("job-cancel");
   StartCluster(c, 1);
-  ProcessResult none = Psctl(c, {"job", "status"});
+  ProcessResult none = c.Psctl({"job", "status"});
   CHECK(none.exit_code == 1);
   CHECK(none.stderr_text.find("no job") != std::string::npos);
 
-  ProcessResult bad = Psctl(
-      c, {"job", "submit", WriteJob(c, "bad.yaml", "model: mlp\nepochs: 1\nbatch_size: 0\n")});
+  ProcessResult bad = c.Psctl({"job", "submit", WriteJob(c, "bad.yaml", "model: mlp\nepochs: 1\nbatch_size: 0\n")});
   CHECK(bad.exit_code == 1);
   CHECK(bad.stderr_text.find("batch_size") != std::string::npos);
   CHECK(bad.stderr_text.find("bad.yaml") != std::string::npos);
-  ProcessResult missing = Psctl(c, {"job", "submit", c.dir() + "/nope.yaml"});
+  ProcessResult missing = c.Psctl({"job", "submit", c.dir() + "/nope.yaml"});
   CHECK(missing.exit_code == 2);
   // Spec nits: each refused with what is wrong.
-  ProcessResult dir = Psctl(c, {"job", "submit", c.dir()});
+  ProcessResult dir = c.Psctl({"job", "submit", c.dir()});
   CHECK(dir.exit_code == 2);
   CHECK(dir.stderr_text.find("is not a regular file") != std::string::npos);
   ProcessResult binary =
-      Psctl(c, {"job", "submit", WriteJob(c, "bin.yaml", std::string("\x7f" "ELF\x02\x01\0\xff", 8))});
+      c.Psctl({"job", "submit", WriteJob(c, "bin.yaml", std::string("\x7f" "ELF\x02\x01\0\xff", 8))});
   CHECK(binary.exit_code == 2);
   CHECK(binary.stderr_text.find("not UTF-8 text") != std::string::npos);
   CHECK(binary.stderr_text.find("libprotobuf") == std::string::npos);
-  ProcessResult zero = Psctl(c, {"job", "submit", WriteJob(c, "zero.yaml", "model: mlp\nepochs: 0\n")});
+  ProcessResult zero = c.Psctl({"job", "submit", WriteJob(c, "zero.yaml", "model: mlp\nepochs: 0\n")});
   CHECK(zero.exit_code == 1);
   CHECK(zero.stderr_text.find("'epochs: 0' trains nothing") != std::string::npos);
-  ProcessResult twice = Psctl(
-      c, {"job", "submit", WriteJob(c, "twice.yaml", "model: mlp\nepochs: 1\nepochs: 2\n")});
+  ProcessResult twice = c.Psctl({"job", "submit", WriteJob(c, "twice.yaml", "model: mlp\nepochs: 1\nepochs: 2\n")});
   CHECK(twice.exit_code == 1);
   CHECK(twice.stderr_text.find("'epochs' is given twice") != std::string::npos);
-  ProcessResult int_type = Psctl(
-      c, {"job", "submit", WriteJob(c, "int.yaml", "model: mlp\nepochs: [1]\n")});
+  ProcessResult int_type = c.Psctl({"job", "submit", WriteJob(c, "int.yaml", "model: mlp\nepochs: [1]\n")});
   CHECK(int_type.stderr_text.find("expected an integer") != std::string::npos);
   // `job` against a workerd says where it should go, not an empty message.
-  ProcessResult wrong = Psctl(c, {"job", "status"}, c.node("worker-0").control_address);
+  ProcessResult wrong = c.Psctl({"job", "status"}, c.node("worker-0").control_address);
   CHECK(wrong.exit_code == 1);
   CHECK(wrong.stderr_text.find("nodes and job go to schedd") != std::string::npos);
-  ProcessResult too_many = Psctl(
-      c, {"job", "submit", WriteJob(c, "ok.yaml", "model: mlp\niterations: 50\n"), "--workers=2"});
+  ProcessResult too_many = c.Psctl({"job", "submit", WriteJob(c, "ok.yaml", "model: mlp\niterations: 50\n"), "--workers=2"});
   CHECK(too_many.exit_code == 1);
   CHECK(too_many.stderr_text.find("only 1") != std::string::npos);
 
   // A long job, cancelled while it runs.
   REQUIRE(
-      Psctl(c, {"job", "submit", WriteJob(c, "long.yaml", "model: mlp\nepochs: 50\n")}).exit_code ==
+      c.Psctl({"job", "submit", WriteJob(c, "long.yaml", "model: mlp\nepochs: 50\n")}).exit_code ==
       0);
-  REQUIRE(WaitFor([&] { return GetJob(c).iteration() >= 20; }, absl::Seconds(60)));
-  ProcessResult busy = Psctl(c, {"job", "submit", c.dir() + "/ok.yaml"});
+  REQUIRE(WaitFor([&] { return c.Job().iteration() >= 20; }, absl::Seconds(60)));
+  ProcessResult busy = c.Psctl({"job", "submit", c.dir() + "/ok.yaml"});
   CHECK(busy.exit_code == 1);
   CHECK(busy.stderr_text.find("still active") != std::string::npos);
   // Draining a member of the running job is refused, saying what it would do.
-  ProcessResult psd_drain = Psctl(c, {"drain"}, c.node("psd-0").control_address);
+  ProcessResult psd_drain = c.Psctl({"drain"}, c.node("psd-0").control_address);
   CHECK(psd_drain.exit_code == 1);
   CHECK(psd_drain.stderr_text.find("fails the job") != std::string::npos);
   CHECK(psd_drain.stderr_text.find("--force") != std::string::npos);
-  ProcessResult worker_drain = Psctl(c, {"drain"}, c.node("worker-0").control_address);
+  ProcessResult worker_drain = c.Psctl({"drain"}, c.node("worker-0").control_address);
   CHECK(worker_drain.exit_code == 1);
   CHECK(worker_drain.stderr_text.find("the job goes on") != std::string::npos);
-  CHECK(GetJob(c).state() == v1::JOB_STATE_RUNNING);  // nothing happened
+  CHECK(c.Job().state() == v1::JOB_STATE_RUNNING);  // nothing happened
   CHECK(c.AliveCount() == 4);
-  ProcessResult cancel = Psctl(c, {"job", "cancel"});
+  ProcessResult cancel = c.Psctl({"job", "cancel"});
   CHECK(cancel.exit_code == 0);
   CHECK(cancel.stdout_text.find("cancelled") != std::string::npos);
-  CHECK(Psctl(c, {"job", "status"}).exit_code == 1);  // a cancelled job's status exits 1
+  CHECK(c.Psctl({"job", "status"}).exit_code == 1);  // a cancelled job's status exits 1
 
   // The daemons drop it and take the next job, whose name is hostile to
   // terminals: escape sequences and a right-to-left override.
-  ProcessResult next = Psctl(
-      c, {"job", "submit",
+  ProcessResult next = c.Psctl({"job", "submit",
           WriteJob(c, "next.yaml",
                    "model: mlp\niterations: 50\nname: \"evil\\e[2J\\u202Eredaol\"\n")});
   INFO(next.stderr_text);
   REQUIRE(next.exit_code == 0);
   v1::JobStatus j;
-  REQUIRE(WaitEnded(c, absl::Seconds(60), &j));
+  REQUIRE(c.WaitJobEnded(absl::Seconds(60), &j));
   INFO(j.message());
   CHECK(j.state() == v1::JOB_STATE_SUCCEEDED);
   CHECK(j.iteration() == 50);
   CHECK(j.name() == "evil\x1b[2J\u202Eredaol");  // stored as given
-  ProcessResult shown = Psctl(c, {"job", "status"});
+  ProcessResult shown = c.Psctl({"job", "status"});
   CHECK(shown.stdout_text.find("evil\\x1B[2J\\u202Eredaol") != std::string::npos);
   CHECK(shown.stdout_text.find('\x1b') == std::string::npos);
   CHECK(shown.stdout_text.find("\u202E") == std::string::npos);
-  ProcessResult as_json = Psctl(c, {"job", "status", "-o", "json"});
+  ProcessResult as_json = c.Psctl({"job", "status", "-o", "json"});
   CHECK(as_json.stdout_text.find("evil\\u001b[2J\\u202eredaol") != std::string::npos);
   const std::string log = c.node("schedd").process.Stderr();
   CHECK(log.find("evil\\x1B[2J\\u202Eredaol") != std::string::npos);
   CHECK(log.find('\x1b') == std::string::npos);
 
   // The same daemons run the next job over kernel TCP (transport: tcp).
-  ProcessResult tcp = Psctl(
-      c,
-      {"job", "submit", WriteJob(c, "tcp.yaml", "model: mlp\niterations: 30\ntransport: tcp\n")});
+  ProcessResult tcp = c.Psctl({"job", "submit", WriteJob(c, "tcp.yaml", "model: mlp\niterations: 30\ntransport: tcp\n")});
   INFO(tcp.stderr_text);
   REQUIRE(tcp.exit_code == 0);
-  REQUIRE(WaitEnded(c, absl::Seconds(60), &j));
+  REQUIRE(c.WaitJobEnded(absl::Seconds(60), &j));
   INFO(j.message());
   CHECK(j.state() == v1::JOB_STATE_SUCCEEDED);
   CHECK(j.iteration() == 30);
 
   // --force drains a member anyway, with the effect it announced.
-  REQUIRE(Psctl(c, {"job", "submit", c.dir() + "/long.yaml"}).exit_code == 0);
-  REQUIRE(WaitFor([&] { return GetJob(c).iteration() >= 5; }, absl::Seconds(60)));
-  ProcessResult forced = Psctl(c, {"drain", "--force"}, c.node("psd-1").control_address);
+  REQUIRE(c.Psctl({"job", "submit", c.dir() + "/long.yaml"}).exit_code == 0);
+  REQUIRE(WaitFor([&] { return c.Job().iteration() >= 5; }, absl::Seconds(60)));
+  ProcessResult forced = c.Psctl({"drain", "--force"}, c.node("psd-1").control_address);
   CHECK(forced.exit_code == 0);
   CHECK(c.WaitExit("psd-1", absl::Seconds(10)) == 0);
-  REQUIRE(WaitEnded(c, absl::Seconds(30), &j));
+  REQUIRE(c.WaitJobEnded(absl::Seconds(30), &j));
   CHECK(j.state() == v1::JOB_STATE_FAILED);
   CHECK(j.message().find("psd-1") != std::string::npos);
 }

@@ -1,8 +1,8 @@
 #include "clients/psctl/psctl.h"
 
-#include <sys/stat.h>
 
 #include "lib/base/escape.h"
+#include "lib/base/file.h"
 #include "lib/config/config.h"
 #include "lib/rpc/security.h"
 
@@ -495,37 +495,16 @@ namespace {
 // A job spec file: a regular file of at most 64 KiB of UTF-8 text.
 absl::StatusOr<std::string> ReadJobSpec(const std::string& path) {
   constexpr size_t kSpecBytesMax = 64 << 10;  // schedd's bound too
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read job spec ", path, ": ", std::strerror(errno)));
+  absl::StatusOr<std::string> s = ReadBoundedFile(path, kSpecBytesMax);
+  if (!s.ok()) {
+    return absl::Status(s.status().code(),
+                        absl::StrCat("job spec: ", s.status().message(), " (a YAML file is expected)"));
   }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job spec ", path, " is not a regular file (a YAML file is expected)"));
+  if (const size_t bad = FirstNonText(*s); bad != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job spec ", path, " is not UTF-8 text (byte ", bad, "): a YAML file is expected"));
   }
-  if (uint64_t(st.st_size) > kSpecBytesMax) {
-    return absl::InvalidArgumentError(absl::StrCat("job spec ", path, " is ", st.st_size,
-                                                   " bytes; the limit is ", kSpecBytesMax));
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read job spec ", path, ": ", std::strerror(errno)));
-  }
-  const std::string s = text.str();
-  for (size_t i = 0; i < s.size();) {
-    uint32_t cp = 0;
-    const size_t n = DecodeUtf8(s, i, &cp);
-    if (n == 0 || cp == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "job spec ", path, " is not UTF-8 text (byte ", i, "): a YAML file is expected"));
-    }
-    i += n;
-  }
-  if (s.find_first_not_of(" \t\r\n") == std::string::npos) {
+  if (s->find_first_not_of(" \t\r\n") == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("job spec ", path, " is empty"));
   }
   return s;

@@ -78,4 +78,14 @@ std::string EscapeUntrusted(absl::string_view s) {
   return out;
 }
 
+size_t FirstNonText(absl::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp = 0;
+    const size_t n = DecodeUtf8(s, i, &cp);
+    if (n == 0 || cp == 0) return i;
+    i += n;
+  }
+  return absl::string_view::npos;
+}
+
 }  // namespace hetps

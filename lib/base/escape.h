@@ -25,6 +25,10 @@ std::string EscapeUntrusted(absl::string_view text);
 size_t DecodeUtf8(absl::string_view text, size_t i, uint32_t* code_point);
 bool IsControlOrInvisible(uint32_t code_point);
 
+// The offset of the first byte of `text` that is not valid UTF-8 or is a
+// NUL (what a text file such as a job spec may not hold); npos if none.
+size_t FirstNonText(absl::string_view text);
+
 }  // namespace hetps
 
 #endif  // HETPS_LIB_BASE_ESCAPE_H_

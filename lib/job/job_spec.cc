@@ -114,14 +114,9 @@ absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view yaml, absl::string_view o
   JobSpec j;
   ConfigSchema schema("job");
   Bind(schema, j);
-  for (size_t i = 0; i < yaml.size();) {
-    uint32_t cp = 0;
-    const size_t n = DecodeUtf8(yaml, i, &cp);
-    if (n == 0 || cp == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          origin, ": not UTF-8 text (byte ", i, "): a job spec is a YAML file"));
-    }
-    i += n;
+  if (const size_t bad = FirstNonText(yaml); bad != absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": not UTF-8 text (byte ", bad, "): a job spec is a YAML file"));
   }
   RETURN_IF_ERROR(schema.LoadYamlString(yaml, origin));
   // 0 means "not set" for these two (the canonical YAML writes the unset

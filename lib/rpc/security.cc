@@ -7,8 +7,6 @@
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
 
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -16,21 +14,18 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "lib/base/escape.h"
+#include "lib/base/file.h"
 
 namespace hetps {
 namespace {
 
 constexpr size_t kPemBytesMax = 1 << 20;
 
+// A PEM or token file named by config key `key`; errors name the key.
 absl::StatusOr<std::string> ReadSmallFile(const std::string& key, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(key, ": cannot read '", path, "'"));
-  std::string data(kPemBytesMax + 1, '\0');
-  in.read(data.data(), std::streamsize(data.size()));
-  data.resize(size_t(in.gcount()));
-  if (data.size() > kPemBytesMax) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(key, ": '", path, "' is larger than ", kPemBytesMax, " bytes"));
+  absl::StatusOr<std::string> data = ReadBoundedFile(path, kPemBytesMax);
+  if (!data.ok()) {
+    return absl::Status(data.status().code(), absl::StrCat(key, ": ", data.status().message()));
   }
   return data;
 }
@@ -343,18 +338,20 @@ grpc::Status Authorizer::Refuse(grpc::StatusCode code, const char* method,
   return grpc::Status(code, why);
 }
 
+grpc::Status Authorizer::Unauthenticated(const char* method) const {
+  return Refuse(grpc::StatusCode::UNAUTHENTICATED, method,
+                absl::StrCat(method, ": no client certificate signed by the cluster's CA and no "
+                                     "accepted bearer token"));
+}
+
 grpc::Status Authorizer::RequireAny(const grpc::ServerContext* ctx, const char* method) const {
-  if (Identify(ctx).role == Role::kNone) {
-    return Refuse(grpc::StatusCode::UNAUTHENTICATED, method,
-                  absl::StrCat(method, ": no client certificate signed by the cluster's CA and "
-                                       "no accepted bearer token"));
-  }
+  if (Identify(ctx).role == Role::kNone) return Unauthenticated(method);
   return grpc::Status::OK;
 }
 
 grpc::Status Authorizer::RequireAdmin(const grpc::ServerContext* ctx, const char* method) const {
   const Caller c = Identify(ctx);
-  if (c.role == Role::kNone) return RequireAny(ctx, method);
+  if (c.role == Role::kNone) return Unauthenticated(method);
   if (c.role != Role::kAdmin) {
     return Refuse(grpc::StatusCode::PERMISSION_DENIED, method,
                   absl::StrCat(method, " needs an admin identity; ", EscapeUntrusted(c.name), " is a ",
@@ -367,7 +364,7 @@ grpc::Status Authorizer::RequireNode(const grpc::ServerContext* ctx, const std::
                                      const char* method) const {
   if (insecure_) return grpc::Status::OK;
   const Caller c = Identify(ctx);
-  if (c.role == Role::kNone) return RequireAny(ctx, method);
+  if (c.role == Role::kNone) return Unauthenticated(method);
   if (c.role != Role::kNode || c.name != node_id) {
     return Refuse(grpc::StatusCode::PERMISSION_DENIED, method,
                   absl::StrCat(method, " for node '", EscapeUntrusted(node_id),

@@ -104,6 +104,7 @@ class Authorizer {
 
  private:
   grpc::Status Refuse(grpc::StatusCode code, const char* method, const std::string& why) const;
+  grpc::Status Unauthenticated(const char* method) const;
 
   const bool insecure_;
   const std::vector<std::string> token_hashes_;

@@ -814,22 +814,16 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
 
 DropReason Endpoint::Impl::OpenRecv(const RecvKey& key, const Header& h, uint64_t now) {
   if (receiver == nullptr) return DropReason::kUnexpected;
-  // Bounded before anything is allocated from the header: the flow count,
-  // then the memory its size asks for (decoded total_packets is at most
-  // kFlowPacketsMax; sizes in 64 bits), then the receiver's own checks.
-  const uint64_t bytes = RecvFlowBytes(h.total_packets);
-  if (recv.size() >= config.recv_flows_max || !budget.Charge(key.peer, bytes)) {
-    return DropReason::kOverBudget;
-  }
-  if (DropReason why = receiver->AcceptFlow(key.peer, h); why != DropReason::kNone) {
-    budget.Release(key.peer, bytes);
+  // Bounded before anything is allocated from the header (recv_budget.h).
+  RecvFlow f;
+  if (DropReason why = AdmitFlow(budget, key.peer, recv.size(), config.recv_flows_max, h,
+                                 [&] { return receiver->AcceptFlow(key.peer, h); }, &f.charged);
+      why != DropReason::kNone) {
     return why;
   }
-  RecvFlow f;
-  f.charged = bytes;
   f.total = h.total_packets;
   f.iteration = h.iteration;
-  f.bitmap.assign((uint64_t(h.total_packets) + 63) / 64, 0);
+  f.bitmap.assign(RecvBitmapWords(h.total_packets), 0);
   f.lossy = (h.flags & kFlagLossTolerant) != 0;
   f.start_us = now;
   f.packet_bytes = kHeaderBytes + h.payload_bytes;

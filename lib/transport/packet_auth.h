@@ -21,10 +21,10 @@
 // new key clears them.
 //
 // The tag is standard AES-256-GCM, computed by libsodium where the CPU has
-// AES-NI and carry-less multiply (about 0.28 us for a 1400-byte datagram
-// here) and by OpenSSL's EVP elsewhere (about 0.45 us: its per-call
-// overhead); both give the same bytes, so nodes of either kind
-// interoperate. Not thread-safe: one owner (the transport's thread).
+// AES-NI and carry-less multiply (it has the least per-call overhead, which
+// dominates at datagram sizes) and by OpenSSL's EVP elsewhere; both give
+// the same bytes, so nodes of either kind interoperate. Not thread-safe:
+// one owner (the transport's thread).
 #ifndef HETPS_LIB_TRANSPORT_PACKET_AUTH_H_
 #define HETPS_LIB_TRANSPORT_PACKET_AUTH_H_
 

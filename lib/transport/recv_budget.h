@@ -15,7 +15,8 @@
 #include <cstdint>
 
 #include "absl/container/flat_hash_map.h"
-#include "lib/transport/udp_socket.h"
+#include "lib/transport/datagram_socket.h"
+#include "lib/transport/wire.h"
 
 namespace hetps {
 namespace transport {
@@ -24,10 +25,13 @@ namespace transport {
 // its pending-ACK batch and echo list, and the hash-table slots.
 constexpr uint64_t kRecvFlowOverheadBytes = 1024;
 
-// Bytes charged for a receive flow of `total_packets` packets (64-bit: no
-// header value can wrap it).
+// A receive flow's bitmap (one bit per packet), in 64-bit words, and the
+// bytes charged for the flow (64-bit: no header value can wrap them).
+inline uint64_t RecvBitmapWords(uint32_t total_packets) {
+  return (uint64_t(total_packets) + 63) / 64;
+}
 inline uint64_t RecvFlowBytes(uint32_t total_packets) {
-  return kRecvFlowOverheadBytes + (uint64_t(total_packets) + 63) / 64 * sizeof(uint64_t);
+  return kRecvFlowOverheadBytes + RecvBitmapWords(total_packets) * sizeof(uint64_t);
 }
 
 class RecvBudget {
@@ -74,6 +78,25 @@ class RecvBudget {
   uint64_t total_ = 0;
   absl::flat_hash_map<Peer, uint64_t> used_;
 };
+
+// Admits a new receive flow for its first packet `first` from `from`, in
+// the order both transports follow: the count of open flows, then the
+// memory the flow's size asks for (charged to `budget_key`), then the
+// receiver's own checks (`accept`, e.g. Receiver::AcceptFlow). kNone with
+// *charged set: the caller keeps the flow and Releases *charged when it
+// goes; any other reason: nothing is held.
+template <typename Accept>
+DropReason AdmitFlow(RecvBudget& budget, const Peer& budget_key, size_t flows_open,
+                     size_t flows_max, const Header& first, Accept&& accept, uint64_t* charged) {
+  const uint64_t bytes = RecvFlowBytes(first.total_packets);
+  if (flows_open >= flows_max || !budget.Charge(budget_key, bytes)) return DropReason::kOverBudget;
+  if (DropReason why = accept(); why != DropReason::kNone) {
+    budget.Release(budget_key, bytes);
+    return why;
+  }
+  *charged = bytes;
+  return DropReason::kNone;
+}
 
 }  // namespace transport
 }  // namespace hetps

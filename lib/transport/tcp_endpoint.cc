@@ -709,24 +709,19 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
   }
   auto it = c->flows.find(h.flow_id);
   if (it == c->flows.end()) {
-    // Bounded before anything is allocated from the header (total_packets
-    // is at most kFlowPacketsMax once decoded; sizes in 64 bits). A refused
-    // flow leaves no state: its later frames are asked about again.
-    const uint64_t bytes = RecvFlowBytes(h.total_packets);
-    if (c->flows.size() >= config.recv_flows_max || !budget.Charge(c->host, bytes)) {
-      ++stats.drops[size_t(DropReason::kOverBudget)];
-      return true;
-    }
-    if (DropReason why = receiver->AcceptFlow(c->peer, h); why != DropReason::kNone) {
-      budget.Release(c->host, bytes);
+    // Bounded before anything is allocated from the header (recv_budget.h).
+    // A refused flow leaves no state: its later frames are asked about again.
+    InFlow f;
+    if (DropReason why =
+            AdmitFlow(budget, c->host, c->flows.size(), config.recv_flows_max, h,
+                      [&] { return receiver->AcceptFlow(c->peer, h); }, &f.charged);
+        why != DropReason::kNone) {
       ++stats.drops[size_t(why)];
       return true;
     }
-    InFlow f;
-    f.charged = bytes;
     f.total = h.total_packets;
     f.iteration = h.iteration;
-    f.bitmap.assign((uint64_t(h.total_packets) + 63) / 64, 0);
+    f.bitmap.assign(RecvBitmapWords(h.total_packets), 0);
     it = c->flows.emplace(h.flow_id, std::move(f)).first;
   }
   InFlow& f = it->second;

@@ -121,5 +121,37 @@ int LocalCluster::AliveCount() const {
   return resp.nodes_size();
 }
 
+bool JobEnded(const v1::JobStatus& j) {
+  return j.state() == v1::JOB_STATE_SUCCEEDED || j.state() == v1::JOB_STATE_FAILED ||
+         j.state() == v1::JOB_STATE_CANCELLED;
+}
+
+ProcessResult LocalCluster::Psctl(std::vector<std::string> args,
+                                  const std::string& endpoint) const {
+  std::vector<std::string> argv = {Runfile("clients/psctl/psctl"),
+                                   "--endpoint=" + (endpoint.empty() ? schedd_address_ : endpoint)};
+  for (std::string& f : PsctlFlags()) argv.push_back(std::move(f));
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv);
+}
+
+v1::JobStatus LocalCluster::Job() const {
+  auto stub = SchedulerStub();
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, absl::Seconds(2));
+  v1::GetJobResponse resp;
+  grpc::Status s = stub->GetJob(&ctx, v1::GetJobRequest(), &resp);
+  return s.ok() ? resp.job() : v1::JobStatus();
+}
+
+bool LocalCluster::WaitJobEnded(absl::Duration timeout, v1::JobStatus* job) const {
+  return WaitFor(
+      [&] {
+        *job = Job();
+        return JobEnded(*job);
+      },
+      timeout);
+}
+
 }  // namespace testing
 }  // namespace hetps

@@ -28,6 +28,9 @@ struct DaemonHandle {
   std::string metrics_address;
 };
 
+// A job that succeeded, failed or was cancelled.
+bool JobEnded(const v1::JobStatus& job);
+
 class LocalCluster {
  public:
   explicit LocalCluster(std::string name, int heartbeat_interval_ms = 300);
@@ -57,6 +60,12 @@ class LocalCluster {
   const std::string& certs_dir() const { return certs_; }
   // Live nodes according to schedd (ListNodes), or -1 on RPC failure.
   int AliveCount() const;
+  // psctl as "admin" against schedd, or against `endpoint`.
+  ProcessResult Psctl(std::vector<std::string> args, const std::string& endpoint = "") const;
+  // The newest job as schedd reports it (empty on RPC failure).
+  v1::JobStatus Job() const;
+  // Polls the newest job until it ends; *job is its last status.
+  bool WaitJobEnded(absl::Duration timeout, v1::JobStatus* job) const;
 
  private:
   absl::Status Launch(const std::string& daemon, const std::string& node_id,
