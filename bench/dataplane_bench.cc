@@ -223,9 +223,8 @@ int Main(int argc, char** argv) {
       "raw: sendmmsg blast; raw+off: the same with UDP GSO/GRO; hetps: Endpoint flows with\n"
       "offloads (default) and authentication; hetps-plain: without offloads; noauth: offloads,\n"
       "no authentication. Ratios are medians of each run's ratio over back-to-back runs.\n");
-  std::printf("%-7s %8s %8s %8s %11s %8s %12s %13s %11s %6s\n", "shape", "raw", "raw+off",
-              "hetps", "hetps-plain", "noauth", "hetps/raw", "hetps/raw+off", "auth/noauth",
-              "retx");
+  std::printf("%-7s %8s %8s %8s %11s %8s %12s %13s %11s %6s\n", "shape", "raw", "raw+off", "hetps",
+              "hetps-plain", "noauth", "hetps/raw", "hetps/raw+off", "auth/noauth", "retx");
   for (int senders : {1, 2}) {
     const size_t each = (mb << 20) / senders;
     std::vector<double> raw, raw_off, ours, plain, noauth, ratio, ratio_off, ratio_auth;

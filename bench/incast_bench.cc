@@ -305,7 +305,7 @@ class Pulls : public transport::Receiver {
                                    const transport::Header& h) override {
     absl::MutexLock lock(&mu_);
     return from == server_ && int64_t(h.iteration) > complete_ ? transport::DropReason::kNone
-                                                                : transport::DropReason::kUnexpected;
+                                                               : transport::DropReason::kUnexpected;
   }
   void OnData(const transport::Peer&, const transport::Header& h, const uint8_t* p) override {
     const size_t at = size_t(h.chunk_id) * kChunkFloats + h.chunk_offset;

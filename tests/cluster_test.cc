@@ -230,8 +230,10 @@ TEST_CASE("a second daemon with a live node's id exits 2; the first is unharmed"
   };
   const uint64_t before = incarnation();
   REQUIRE(before != 0);
-  std::vector<std::string> argv = {Runfile("daemons/psd/psd"), "--node_id=psd-0",
-                                   "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+  std::vector<std::string> argv = {Runfile("daemons/psd/psd"),
+                                   "--node_id=psd-0",
+                                   "--listen=127.0.0.1:0",
+                                   "--metrics_listen=127.0.0.1:0",
                                    "--scheduler=" + c.schedd_address(),
                                    "--register_conflict_timeout_ms=1500"};
   for (const std::string& f : c.TlsFlags("psd-0")) argv.push_back(f);

@@ -100,11 +100,10 @@ TEST_CASE("port in use, control and metrics") {
         {Binary(d), absl::StrCat("--listen=127.0.0.1:", port), "--metrics_listen=127.0.0.1:0",
          "--insecure"},
         absl::StrCat("cannot listen on 127.0.0.1:", port, " (listen): Address already in use"));
-    ExpectConfigError(
-        {Binary(d), "--listen=127.0.0.1:0", absl::StrCat("--metrics_listen=127.0.0.1:", port),
-         "--insecure"},
-        absl::StrCat("cannot listen on 127.0.0.1:", port,
-                     " (metrics_listen): Address already in use"));
+    ExpectConfigError({Binary(d), "--listen=127.0.0.1:0",
+                       absl::StrCat("--metrics_listen=127.0.0.1:", port), "--insecure"},
+                      absl::StrCat("cannot listen on 127.0.0.1:", port,
+                                   " (metrics_listen): Address already in use"));
   }
   close(fd);
 }
@@ -118,8 +117,10 @@ TEST_CASE("the control plane needs TLS, or insecure: true said out loud") {
                       "the control plane needs TLS: set tls_ca, tls_cert and tls_key");
   }
   auto tls = [&](const std::string& who) {
-    return std::vector<std::string>{Binary("psd"), "--listen=127.0.0.1:0",
-                                    "--metrics_listen=127.0.0.1:0", "--tls_ca=" + dir + "/ca.pem",
+    return std::vector<std::string>{Binary("psd"),
+                                    "--listen=127.0.0.1:0",
+                                    "--metrics_listen=127.0.0.1:0",
+                                    "--tls_ca=" + dir + "/ca.pem",
                                     "--tls_cert=" + dir + "/" + who + ".pem",
                                     "--tls_key=" + dir + "/" + who + ".key"};
   };

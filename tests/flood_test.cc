@@ -6,6 +6,8 @@
 // same spec does (same seed: the same final accuracy, bit for bit), every
 // flooded datagram must be counted under a drop reason, and no daemon may
 // grow by 16 MiB or more.
+#include "tests/testing/flood.h"
+
 #include <arpa/inet.h>
 
 #include <catch2/catch.hpp>
@@ -18,7 +20,6 @@
 #include "absl/strings/str_cat.h"
 #include "lib/rpc/grpc_util.h"
 #include "tests/testing/cluster.h"
-#include "tests/testing/flood.h"
 
 namespace hetps {
 namespace testing {
@@ -167,11 +168,10 @@ TEST_CASE("the default job trains through a flood of hostile datagrams", "[flood
     }
     const uint64_t rss_growth =
         std::max<int64_t>(0, int64_t(RssBytes(c.node(id).process.pid())) - int64_t(rss_before[id]));
-    const std::string summary =
-        absl::StrCat(id, ": sent ", s.total(), " (replays ", s.replay_same_source,
-                     " from their source, ", s.replay_other_source, " from elsewhere), kernel drops ",
-                     kernel, ", counted ", counted, ": ", by_reason, "; RSS +", rss_growth / 1024,
-                     " KiB");
+    const std::string summary = absl::StrCat(
+        id, ": sent ", s.total(), " (replays ", s.replay_same_source, " from their source, ",
+        s.replay_other_source, " from elsewhere), kernel drops ", kernel, ", counted ", counted,
+        ": ", by_reason, "; RSS +", rss_growth / 1024, " KiB");
     WARN(summary);  // the figures, in every run's log
     INFO(summary);
     CHECK(s.total() >= 1'000'000);

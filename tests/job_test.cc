@@ -118,7 +118,8 @@ TEST_CASE("Bad specs are refused with the key named; cancel stops a job; the nex
   CHECK(none.exit_code == 1);
   CHECK(none.stderr_text.find("no job") != std::string::npos);
 
-  ProcessResult bad = c.Psctl({"job", "submit", WriteJob(c, "bad.yaml", "model: mlp\nepochs: 1\nbatch_size: 0\n")});
+  ProcessResult bad =
+      c.Psctl({"job", "submit", WriteJob(c, "bad.yaml", "model: mlp\nepochs: 1\nbatch_size: 0\n")});
   CHECK(bad.exit_code == 1);
   CHECK(bad.stderr_text.find("batch_size") != std::string::npos);
   CHECK(bad.stderr_text.find("bad.yaml") != std::string::npos);
@@ -128,24 +129,31 @@ TEST_CASE("Bad specs are refused with the key named; cancel stops a job; the nex
   ProcessResult dir = c.Psctl({"job", "submit", c.dir()});
   CHECK(dir.exit_code == 2);
   CHECK(dir.stderr_text.find("is not a regular file") != std::string::npos);
-  ProcessResult binary =
-      c.Psctl({"job", "submit", WriteJob(c, "bin.yaml", std::string("\x7f" "ELF\x02\x01\0\xff", 8))});
+  ProcessResult binary = c.Psctl({"job", "submit",
+                                  WriteJob(c, "bin.yaml",
+                                           std::string("\x7f"
+                                                       "ELF\x02\x01\0\xff",
+                                                       8))});
   CHECK(binary.exit_code == 2);
   CHECK(binary.stderr_text.find("not UTF-8 text") != std::string::npos);
   CHECK(binary.stderr_text.find("libprotobuf") == std::string::npos);
-  ProcessResult zero = c.Psctl({"job", "submit", WriteJob(c, "zero.yaml", "model: mlp\nepochs: 0\n")});
+  ProcessResult zero =
+      c.Psctl({"job", "submit", WriteJob(c, "zero.yaml", "model: mlp\nepochs: 0\n")});
   CHECK(zero.exit_code == 1);
   CHECK(zero.stderr_text.find("'epochs: 0' trains nothing") != std::string::npos);
-  ProcessResult twice = c.Psctl({"job", "submit", WriteJob(c, "twice.yaml", "model: mlp\nepochs: 1\nepochs: 2\n")});
+  ProcessResult twice =
+      c.Psctl({"job", "submit", WriteJob(c, "twice.yaml", "model: mlp\nepochs: 1\nepochs: 2\n")});
   CHECK(twice.exit_code == 1);
   CHECK(twice.stderr_text.find("'epochs' is given twice") != std::string::npos);
-  ProcessResult int_type = c.Psctl({"job", "submit", WriteJob(c, "int.yaml", "model: mlp\nepochs: [1]\n")});
+  ProcessResult int_type =
+      c.Psctl({"job", "submit", WriteJob(c, "int.yaml", "model: mlp\nepochs: [1]\n")});
   CHECK(int_type.stderr_text.find("expected an integer") != std::string::npos);
   // `job` against a workerd says where it should go, not an empty message.
   ProcessResult wrong = c.Psctl({"job", "status"}, c.node("worker-0").control_address);
   CHECK(wrong.exit_code == 1);
   CHECK(wrong.stderr_text.find("nodes and job go to schedd") != std::string::npos);
-  ProcessResult too_many = c.Psctl({"job", "submit", WriteJob(c, "ok.yaml", "model: mlp\niterations: 50\n"), "--workers=2"});
+  ProcessResult too_many = c.Psctl(
+      {"job", "submit", WriteJob(c, "ok.yaml", "model: mlp\niterations: 50\n"), "--workers=2"});
   CHECK(too_many.exit_code == 1);
   CHECK(too_many.stderr_text.find("only 1") != std::string::npos);
 
@@ -174,9 +182,10 @@ TEST_CASE("Bad specs are refused with the key named; cancel stops a job; the nex
 
   // The daemons drop it and take the next job, whose name is hostile to
   // terminals: escape sequences and a right-to-left override.
-  ProcessResult next = c.Psctl({"job", "submit",
-          WriteJob(c, "next.yaml",
-                   "model: mlp\niterations: 50\nname: \"evil\\e[2J\\u202Eredaol\"\n")});
+  ProcessResult next =
+      c.Psctl({"job", "submit",
+               WriteJob(c, "next.yaml",
+                        "model: mlp\niterations: 50\nname: \"evil\\e[2J\\u202Eredaol\"\n")});
   INFO(next.stderr_text);
   REQUIRE(next.exit_code == 0);
   v1::JobStatus j;
@@ -196,7 +205,8 @@ TEST_CASE("Bad specs are refused with the key named; cancel stops a job; the nex
   CHECK(log.find('\x1b') == std::string::npos);
 
   // The same daemons run the next job over kernel TCP (transport: tcp).
-  ProcessResult tcp = c.Psctl({"job", "submit", WriteJob(c, "tcp.yaml", "model: mlp\niterations: 30\ntransport: tcp\n")});
+  ProcessResult tcp = c.Psctl(
+      {"job", "submit", WriteJob(c, "tcp.yaml", "model: mlp\niterations: 30\ntransport: tcp\n")});
   INFO(tcp.stderr_text);
   REQUIRE(tcp.exit_code == 0);
   REQUIRE(c.WaitJobEnded(absl::Seconds(60), &j));

@@ -3,13 +3,14 @@
 // refused under another node's (or an admin's) certificate, admin RPCs
 // refused under a node's, and each accepted with the right identity;
 // bearer tokens; certificates from another CA; refusals counted.
+#include "lib/rpc/security.h"
+
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <map>
 
 #include "absl/strings/str_cat.h"
 #include "lib/rpc/grpc_util.h"
-#include "lib/rpc/security.h"
 #include "tests/testing/cluster.h"
 
 namespace hetps {
@@ -109,8 +110,8 @@ struct Calls {
 };
 
 const std::vector<std::string> kNodeRpcs = {"Register", "Heartbeat", "ReportLinks", "Deregister"};
-const std::vector<std::string> kReadRpcs = {"ListNodes",       "GetPolicy",      "GetJob",
-                                            "WatchMembership", "Admin.GetStatus", "Admin.GetConfig"};
+const std::vector<std::string> kReadRpcs = {
+    "ListNodes", "GetPolicy", "GetJob", "WatchMembership", "Admin.GetStatus", "Admin.GetConfig"};
 const std::vector<std::string> kAdminRpcs = {"SubmitJob", "CancelJob"};
 
 Calls As(const LocalCluster& c, const TlsMaterial& m, const std::string& node,

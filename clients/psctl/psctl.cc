@@ -1,11 +1,5 @@
 #include "clients/psctl/psctl.h"
 
-
-#include "lib/base/escape.h"
-#include "lib/base/file.h"
-#include "lib/config/config.h"
-#include "lib/rpc/security.h"
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -17,9 +11,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "lib/base/escape.h"
+#include "lib/base/file.h"
 #include "lib/base/json_writer.h"
 #include "lib/base/net_address.h"
+#include "lib/config/config.h"
 #include "lib/rpc/grpc_util.h"
+#include "lib/rpc/security.h"
 #include "proto/hetps/v1/admin.grpc.pb.h"
 #include "proto/hetps/v1/scheduler.grpc.pb.h"
 
@@ -309,9 +307,9 @@ std::string StatusJson(const v1::GetStatusResponse& r, absl::Time now) {
 std::string ConfigTable(const v1::GetConfigResponse& r) {
   std::vector<std::vector<std::string>> rows = {{"KEY", "VALUE", "SOURCE"}};
   for (const auto& e : r.entries()) rows.push_back({e.key(), e.value(), e.source()});
-  return absl::StrCat("config file: ",
-                      r.config_file().empty() ? "(none)" : EscapeUntrusted(r.config_file()), "\n",
-                      Table(rows));
+  return absl::StrCat(
+      "config file: ", r.config_file().empty() ? "(none)" : EscapeUntrusted(r.config_file()), "\n",
+      Table(rows));
 }
 
 std::string ConfigJson(const v1::GetConfigResponse& r) {
@@ -497,12 +495,12 @@ absl::StatusOr<std::string> ReadJobSpec(const std::string& path) {
   constexpr size_t kSpecBytesMax = 64 << 10;  // schedd's bound too
   absl::StatusOr<std::string> s = ReadBoundedFile(path, kSpecBytesMax);
   if (!s.ok()) {
-    return absl::Status(s.status().code(),
-                        absl::StrCat("job spec: ", s.status().message(), " (a YAML file is expected)"));
+    return absl::Status(s.status().code(), absl::StrCat("job spec: ", s.status().message(),
+                                                        " (a YAML file is expected)"));
   }
   if (const size_t bad = FirstNonText(*s); bad != absl::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "job spec ", path, " is not UTF-8 text (byte ", bad, "): a YAML file is expected"));
+    return absl::InvalidArgumentError(absl::StrCat("job spec ", path, " is not UTF-8 text (byte ",
+                                                   bad, "): a YAML file is expected"));
   }
   if (s->find_first_not_of(" \t\r\n") == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("job spec ", path, " is empty"));

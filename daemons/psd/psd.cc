@@ -86,9 +86,8 @@ class Psd::Jobs final : public JobRunner {
     const std::vector<float> init = model->InitialParameters(spec.seed);
     ASSIGN_OR_RETURN(transport::DataKey key,
                      transport::DataKeyFromBytes(uint8_t(a.data_key_id()), a.data_key()));
-    ASSIGN_OR_RETURN(
-        transport::Transport * data,
-        SelectJobTransport(spec, key, psd_->endpoint_.get(), psd_->tcp_.get()));
+    ASSIGN_OR_RETURN(transport::Transport * data,
+                     SelectJobTransport(spec, key, psd_->endpoint_.get(), psd_->tcp_.get()));
     MarkReady();
 
     v1::JobAssignment latest = a;
@@ -217,18 +216,21 @@ Psd::Psd(const PsdConfig& config) : config_(config) {}
 Psd::~Psd() { Shutdown(); }
 
 absl::Status Psd::Start() {
-  RETURN_IF_ERROR(runtime_->StartControl({}, [this](v1::GetStatusResponse* r) {
-    r->set_scheduler_address(agent_->scheduler_address());
-    r->set_scheduler_connected(agent_->connected());
-    r->set_incarnation(agent_->incarnation());
-    r->set_membership_version(agent_->membership_version());
-  }, [this]() -> std::string {
-    Jobs* jobs = jobs_view_.load();  // set once the runner exists (RPCs start first)
-    const std::string job = jobs != nullptr ? jobs->ActiveJob() : "";
-    if (job.empty()) return "";
-    return absl::StrCat(runtime_->node_id(), " holds a shard of the parameters of running job ",
-                        job, ": draining it loses that shard and fails the job");
-  }));
+  RETURN_IF_ERROR(runtime_->StartControl(
+      {},
+      [this](v1::GetStatusResponse* r) {
+        r->set_scheduler_address(agent_->scheduler_address());
+        r->set_scheduler_connected(agent_->connected());
+        r->set_incarnation(agent_->incarnation());
+        r->set_membership_version(agent_->membership_version());
+      },
+      [this]() -> std::string {
+        Jobs* jobs = jobs_view_.load();  // set once the runner exists (RPCs start first)
+        const std::string job = jobs != nullptr ? jobs->ActiveJob() : "";
+        if (job.empty()) return "";
+        return absl::StrCat(runtime_->node_id(), " holds a shard of the parameters of running job ",
+                            job, ": draining it loses that shard and fails the job");
+      }));
   jobs_ = std::make_unique<Jobs>(this);
   jobs_view_.store(jobs_.get());
   jobs_->Start();

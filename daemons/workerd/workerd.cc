@@ -199,19 +199,22 @@ absl::StatusOr<std::unique_ptr<Workerd>> Workerd::Create(const WorkerdConfig& co
 Workerd::~Workerd() { Shutdown(); }
 
 absl::Status Workerd::Start() {
-  RETURN_IF_ERROR(runtime_->StartControl({}, [this](v1::GetStatusResponse* r) {
-    r->set_scheduler_address(agent_->scheduler_address());
-    r->set_scheduler_connected(agent_->connected());
-    r->set_incarnation(agent_->incarnation());
-    r->set_membership_version(agent_->membership_version());
-  }, [this]() -> std::string {
-    Jobs* jobs = jobs_view_.load();  // set once the runner exists (RPCs start first)
-    const std::string job = jobs != nullptr ? jobs->ActiveJob() : "";
-    if (job.empty()) return "";
-    return absl::StrCat(runtime_->node_id(), " trains in running job ", job,
-                        ": draining it ends its part; the job goes on with the other workers "
-                        "and never sees this worker's data shard again");
-  }));
+  RETURN_IF_ERROR(runtime_->StartControl(
+      {},
+      [this](v1::GetStatusResponse* r) {
+        r->set_scheduler_address(agent_->scheduler_address());
+        r->set_scheduler_connected(agent_->connected());
+        r->set_incarnation(agent_->incarnation());
+        r->set_membership_version(agent_->membership_version());
+      },
+      [this]() -> std::string {
+        Jobs* jobs = jobs_view_.load();  // set once the runner exists (RPCs start first)
+        const std::string job = jobs != nullptr ? jobs->ActiveJob() : "";
+        if (job.empty()) return "";
+        return absl::StrCat(runtime_->node_id(), " trains in running job ", job,
+                            ": draining it ends its part; the job goes on with the other workers "
+                            "and never sees this worker's data shard again");
+      }));
   jobs_ = std::make_unique<Jobs>(this);
   jobs_view_.store(jobs_.get());
   jobs_->Start();

@@ -124,20 +124,20 @@ TEST_CASE("sysinfo reports this machine") {
 
 TEST_CASE("untrusted text: control, bidi and invalid bytes become visible escapes", "[base]") {
   CHECK(EscapeUntrusted("job-7 élan 学习") == "job-7 élan 学习");  // printable UTF-8 kept
-  CHECK(EscapeUntrusted("a\x1b[31mred") == "a\\x1B[31mred");         // ANSI colour
+  CHECK(EscapeUntrusted("a\x1b[31mred") == "a\\x1B[31mred");       // ANSI colour
   CHECK(EscapeUntrusted("x\ny\tz\r\\") == "x\\ny\\tz\\r\\\\");
   CHECK(EscapeUntrusted("\x7f\x01") == "\\x7F\\x01");
-  CHECK(EscapeUntrusted("abc\u202Edcba") == "abc\\u202Edcba");        // right-to-left override
+  CHECK(EscapeUntrusted("abc\u202Edcba") == "abc\\u202Edcba");  // right-to-left override
   CHECK(EscapeUntrusted("\u2066\u200B\uFEFF\u0085") == "\\u2066\\u200B\\uFEFF\\u0085");
-  CHECK(EscapeUntrusted(std::string("\xC0\xAF", 2)) == "\\xC0\\xAF");  // overlong '/'
+  CHECK(EscapeUntrusted(std::string("\xC0\xAF", 2)) == "\\xC0\\xAF");           // overlong '/'
   CHECK(EscapeUntrusted(std::string("\xED\xA0\x80", 3)) == "\\xED\\xA0\\x80");  // surrogate
-  CHECK(EscapeUntrusted(std::string("\xE2\x82", 2)) == "\\xE2\\x82");  // truncated
+  CHECK(EscapeUntrusted(std::string("\xE2\x82", 2)) == "\\xE2\\x82");           // truncated
   CHECK(EscapeUntrusted(std::string("a\0b", 3)) == "a\\x00b");
 }
 
 TEST_CASE("log values from outside cannot break or disguise a line", "[base]") {
-  const std::string line = Logger::Format("T", LogLevel::kInfo, "n", "c", "e",
-                                          {{"name", "evil\n\x1b[2Jx\u202E"}});
+  const std::string line =
+      Logger::Format("T", LogLevel::kInfo, "n", "c", "e", {{"name", "evil\n\x1b[2Jx\u202E"}});
   CHECK(line.find('\n') == std::string::npos);
   CHECK(line.find('\x1b') == std::string::npos);
   CHECK(line.find("\\u202E") != std::string::npos);

@@ -2,9 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lib/base/escape.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "lib/base/escape.h"
 
 namespace hetps {
 

@@ -54,9 +54,9 @@ absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
   ec.recv_bytes_max = uint64_t(c.data_recv_bytes_max);
   ec.peer_forget_ms = uint32_t(c.data_peer_forget_ms);
   if (ec.recv_bytes_max < ec.recv_peer_bytes_max) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data_recv_bytes_max (", c.data_recv_bytes_max, ") is below data_recv_peer_bytes_max (",
-        c.data_recv_peer_bytes_max, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("data_recv_bytes_max (", c.data_recv_bytes_max,
+                                                   ") is below data_recv_peer_bytes_max (",
+                                                   c.data_recv_peer_bytes_max, ")"));
   }
   HostPort advertised = bind;
   if (bind.IsWildcard()) {
@@ -361,8 +361,7 @@ void TransportMetrics::Update(const transport::EndpointStats& s) {
     return it == names.end() ? addr : it->second;
   };
   decltype(series_) now;
-  auto set = [&](prometheus::Family<prometheus::Gauge>* family, const std::string& peer,
-                 double v) {
+  auto set = [&](prometheus::Family<prometheus::Gauge>* family, const std::string& peer, double v) {
     auto key = std::make_pair(family, peer);
     auto it = series_.find(key);
     prometheus::Gauge* g = it != series_.end() ? it->second : &family->Add({{"peer", peer}});
@@ -371,8 +370,7 @@ void TransportMetrics::Update(const transport::EndpointStats& s) {
   };
   for (const transport::LinkEstimate& l : s.links) {
     const std::string peer = label(l.peer);
-    set(lt_, peer,
-        l.lt_us == UINT64_MAX ? std::numeric_limits<double>::infinity() : l.lt_us / 1e6);
+    set(lt_, peer, l.lt_us == UINT64_MAX ? std::numeric_limits<double>::infinity() : l.lt_us / 1e6);
     set(link_fraction_, peer, l.last_fraction);
   }
   for (const transport::PeerEstimate& e : s.peers) {

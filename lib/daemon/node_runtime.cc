@@ -40,8 +40,8 @@ class NodeRuntime::AdminService final : public v1::Admin::Service {
     if (!req->force() && rt_->drain_guard_) {
       const std::string harm = rt_->drain_guard_();
       if (!harm.empty()) {
-        rt_->logger_.Warn("drain refused", {{"by", rt_->authorizer_->Identify(ctx).name},
-                                            {"reason", harm}});
+        rt_->logger_.Warn("drain refused",
+                          {{"by", rt_->authorizer_->Identify(ctx).name}, {"reason", harm}});
         return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                             absl::StrCat(harm, "; drain with --force to do it anyway"));
       }
@@ -94,9 +94,9 @@ absl::StatusOr<std::unique_ptr<NodeRuntime>> NodeRuntime::Create(const std::stri
   ASSIGN_OR_RETURN(rt->tls_, LoadTls(config.tls));
   if (!rt->tls_.insecure) {
     if (rt->tls_.role != Role::kNode) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tls_cert '", config.tls.tls_cert, "' is an ", RoleName(rt->tls_.role),
-          " certificate (OU=", RoleName(rt->tls_.role), "); a daemon needs OU=node"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tls_cert '", config.tls.tls_cert, "' is an ", RoleName(rt->tls_.role),
+                       " certificate (OU=", RoleName(rt->tls_.role), "); a daemon needs OU=node"));
     }
     if (rt->node_id_.empty()) rt->node_id_ = rt->tls_.name;
     if (rt->node_id_ != rt->tls_.name) {
@@ -110,8 +110,8 @@ absl::StatusOr<std::unique_ptr<NodeRuntime>> NodeRuntime::Create(const std::stri
   return rt;
 }
 
-absl::Status NodeRuntime::StartControl(const std::vector<grpc::Service*>& services,
-                                       StatusHook hook, DrainGuard drain_guard) {
+absl::Status NodeRuntime::StartControl(const std::vector<grpc::Service*>& services, StatusHook hook,
+                                       DrainGuard drain_guard) {
   status_hook_ = std::move(hook);
   drain_guard_ = std::move(drain_guard);
   admin_ = std::make_unique<AdminService>(this);

@@ -79,11 +79,12 @@ bool SchedulerAgent::RegisterOnce() {
     registrations_failed_->Increment();
     const absl::Time now = absl::Now();
     if (conflict_since_ == absl::InfinitePast()) conflict_since_ = now;
-    logger_.Warn("node id in use", {{"scheduler", config_.scheduler}, {"error", s.error_message()}});
+    logger_.Warn("node id in use",
+                 {{"scheduler", config_.scheduler}, {"error", s.error_message()}});
     if (now - conflict_since_ >= absl::Milliseconds(config_.register_conflict_timeout_ms)) {
-      runtime_->Fatal(absl::AlreadyExistsError(absl::StrCat(
-          s.error_message(), " (refused for ", config_.register_conflict_timeout_ms,
-          " ms); give this daemon another node_id, or stop the other one")));
+      runtime_->Fatal(absl::AlreadyExistsError(
+          absl::StrCat(s.error_message(), " (refused for ", config_.register_conflict_timeout_ms,
+                       " ms); give this daemon another node_id, or stop the other one")));
     }
     return false;
   }

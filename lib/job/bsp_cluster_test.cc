@@ -264,7 +264,8 @@ double TrainMlp(const std::string& transport, double loss) {
   std::string closes;
   for (auto& s : c.servers) {
     auto es = s->endpoint().GetStats();
-    closes += absl::StrCat(es.lossy_closes[0], "/", es.lossy_closes[1], "/", es.lossy_closes[2], " ");
+    closes +=
+        absl::StrCat(es.lossy_closes[0], "/", es.lossy_closes[1], "/", es.lossy_closes[2], " ");
   }
   WARN(transport << " at " << loss * 100 << "% loss: accuracy "
                  << c.workers[0]->final_eval().accuracy << ", partial pushes " << partial

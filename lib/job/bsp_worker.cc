@@ -78,8 +78,8 @@ void BspWorker::SetServers(const std::vector<Peer>& servers) {
     auto map = ps::ChunkMap::EvenSplit(*layout_, static_cast<uint32_t>(servers.size()), 1);
     map_ = std::make_unique<ps::ChunkMap>(*map);
     for (uint32_t s = 0; s < servers.size(); ++s) {
-      pull_packets_[s] = ps::PacketsForChunks(*layout_, map_->ChunksOf(s),
-                                              config_.endpoint.payload_floats());
+      pull_packets_[s] =
+          ps::PacketsForChunks(*layout_, map_->ChunksOf(s), config_.endpoint.payload_floats());
     }
   }
   arrived_.SignalAll();

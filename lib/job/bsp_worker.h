@@ -87,7 +87,8 @@ class BspWorker : public transport::Receiver {
 
  private:
   explicit BspWorker(const BspWorkerConfig& config);
-  int ServerIndex(const transport::Peer& p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // -1: unknown
+  int ServerIndex(const transport::Peer& p) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // -1: unknown
 
   BspWorkerConfig config_;
   ImageDataset train_, test_;

@@ -24,10 +24,10 @@ inline __attribute__((always_inline)) void SumBody(const float* const* in, size_
 // One function per N, cloned for AVX-512 / AVX2 / baseline x86-64 and
 // picked at load time (target_clones), so one binary runs anywhere. Plain
 // functions, not a template: clang does not clone templates.
-#define HETPS_SUM_KERNEL(N)                                                                   \
-  __attribute__((target_clones("avx512f", "avx2", "default"))) void Sum##N(                  \
-      const float* const* in, size_t len, float scale, float* out, bool accumulate) {        \
-    SumBody<N>(in, len, scale, out, accumulate);                                               \
+#define HETPS_SUM_KERNEL(N)                                                           \
+  __attribute__((target_clones("avx512f", "avx2", "default"))) void Sum##N(           \
+      const float* const* in, size_t len, float scale, float* out, bool accumulate) { \
+    SumBody<N>(in, len, scale, out, accumulate);                                      \
   }
 HETPS_SUM_KERNEL(1)
 HETPS_SUM_KERNEL(2)

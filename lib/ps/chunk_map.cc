@@ -89,7 +89,8 @@ std::vector<uint32_t> ChunkMap::Moved(const ChunkMap& other) const {
 uint64_t PacketsForChunks(const ChunkLayout& layout, const std::vector<uint32_t>& chunks,
                           uint32_t payload_floats) {
   uint64_t n = 0;
-  for (uint32_t c : chunks) n += (uint64_t(layout.chunk(c).floats) + payload_floats - 1) / payload_floats;
+  for (uint32_t c : chunks)
+    n += (uint64_t(layout.chunk(c).floats) + payload_floats - 1) / payload_floats;
   return n;
 }
 

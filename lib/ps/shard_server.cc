@@ -46,8 +46,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
                       initial_params.begin() + ch.offset + ch.floats);
     s->floats_ += ch.floats;
   }
-  s->push_packets_ =
-      PacketsForChunks(layout, s->owned_, config.endpoint.payload_floats());
+  s->push_packets_ = PacketsForChunks(layout, s->owned_, config.endpoint.payload_floats());
   s->aggregate_.resize(s->floats_);
   s->optimizer_ = std::make_unique<train::OptimizerState>(optimizer, s->floats_);
   if (shared != nullptr) {

@@ -7,7 +7,6 @@
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
 
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -123,8 +122,8 @@ absl::Status CertificateIdentity(const std::string& pem, std::string* name, Role
   } else if (ou == "admin") {
     *role = Role::kAdmin;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the certificate's OU is '", ou, "': it must be 'node' or 'admin' (its role)"));
+    return absl::InvalidArgumentError(absl::StrCat("the certificate's OU is '", ou,
+                                                   "': it must be 'node' or 'admin' (its role)"));
   }
   return absl::OkStatus();
 }
@@ -154,7 +153,8 @@ absl::StatusOr<TlsMaterial> LoadTls(const TlsConfig& c) {
   if (!key.ok()) return key.status();
   X509Ptr ca_x = ParseCert(*ca);
   if (ca_x == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("tls_ca: '", c.tls_ca, "' is not a PEM certificate"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tls_ca: '", c.tls_ca, "' is not a PEM certificate"));
   }
   X509Ptr cert_x = ParseCert(*cert);
   if (cert_x == nullptr) {
@@ -163,7 +163,8 @@ absl::StatusOr<TlsMaterial> LoadTls(const TlsConfig& c) {
   }
   KeyPtr key_k = ParseKey(*key);
   if (key_k == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("tls_key: '", c.tls_key, "' is not a PEM private key"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tls_key: '", c.tls_key, "' is not a PEM private key"));
   }
   if (X509_check_private_key(cert_x.get(), key_k.get()) != 1) {
     return absl::InvalidArgumentError(
@@ -197,9 +198,9 @@ absl::StatusOr<TlsMaterial> LoadTls(const TlsConfig& c) {
       line = absl::StripAsciiWhitespace(line);
       if (line.empty() || line[0] == '#') continue;
       if (!absl::ConsumePrefix(&line, "sha256:") || !IsHex64(line)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "admin_tokens_file: '", c.admin_tokens_file, "' line ", line_no,
-            ": expected sha256: and 64 lowercase hex digits"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("admin_tokens_file: '", c.admin_tokens_file, "' line ", line_no,
+                         ": expected sha256: and 64 lowercase hex digits"));
       }
       m.admin_token_hashes.emplace_back(line);
     }
@@ -221,7 +222,8 @@ absl::StatusOr<TlsMaterial> LoadClientTls(const TlsConfig& c) {
   auto ca = ReadSmallFile("tls_ca", c.tls_ca);
   if (!ca.ok()) return ca.status();
   if (ParseCert(*ca) == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("tls_ca: '", c.tls_ca, "' is not a PEM certificate"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tls_ca: '", c.tls_ca, "' is not a PEM certificate"));
   }
   TlsMaterial m;
   m.ca_pem = *ca;
@@ -257,7 +259,8 @@ std::shared_ptr<grpc::Channel> MakeSecureChannel(const std::string& target, cons
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  if (m.insecure) return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  if (m.insecure)
+    return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
   grpc::SslCredentialsOptions opts;
   opts.pem_root_certs = m.ca_pem;
   opts.pem_private_key = m.key_pem;
@@ -292,8 +295,8 @@ Authorizer::Caller Authorizer::Identify(const grpc::ServerContext* ctx) const {
   std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
   if (auth == nullptr) return c;
   const auto security = auth->FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME);
-  if (security.empty() || std::string(security[0].data(), security[0].size()) !=
-                              GRPC_SSL_TRANSPORT_SECURITY_TYPE) {
+  if (security.empty() ||
+      std::string(security[0].data(), security[0].size()) != GRPC_SSL_TRANSPORT_SECURITY_TYPE) {
     return c;
   }
   if (auth->IsPeerAuthenticated()) {
@@ -331,8 +334,8 @@ grpc::Status Authorizer::Refuse(grpc::StatusCode code, const char* method,
   if (refused_ != nullptr) {
     refused_
         ->Add({{"method", method},
-               {"reason",
-                code == grpc::StatusCode::UNAUTHENTICATED ? "unauthenticated" : "permission_denied"}})
+               {"reason", code == grpc::StatusCode::UNAUTHENTICATED ? "unauthenticated"
+                                                                    : "permission_denied"}})
         .Increment();
   }
   return grpc::Status(code, why);
@@ -340,8 +343,9 @@ grpc::Status Authorizer::Refuse(grpc::StatusCode code, const char* method,
 
 grpc::Status Authorizer::Unauthenticated(const char* method) const {
   return Refuse(grpc::StatusCode::UNAUTHENTICATED, method,
-                absl::StrCat(method, ": no client certificate signed by the cluster's CA and no "
-                                     "accepted bearer token"));
+                absl::StrCat(method,
+                             ": no client certificate signed by the cluster's CA and no "
+                             "accepted bearer token"));
 }
 
 grpc::Status Authorizer::RequireAny(const grpc::ServerContext* ctx, const char* method) const {
@@ -354,8 +358,8 @@ grpc::Status Authorizer::RequireAdmin(const grpc::ServerContext* ctx, const char
   if (c.role == Role::kNone) return Unauthenticated(method);
   if (c.role != Role::kAdmin) {
     return Refuse(grpc::StatusCode::PERMISSION_DENIED, method,
-                  absl::StrCat(method, " needs an admin identity; ", EscapeUntrusted(c.name), " is a ",
-                               RoleName(c.role)));
+                  absl::StrCat(method, " needs an admin identity; ", EscapeUntrusted(c.name),
+                               " is a ", RoleName(c.role)));
   }
   return grpc::Status::OK;
 }
@@ -368,8 +372,8 @@ grpc::Status Authorizer::RequireNode(const grpc::ServerContext* ctx, const std::
   if (c.role != Role::kNode || c.name != node_id) {
     return Refuse(grpc::StatusCode::PERMISSION_DENIED, method,
                   absl::StrCat(method, " for node '", EscapeUntrusted(node_id),
-                               "' needs that node's certificate; the caller is ",
-                               RoleName(c.role), " '", EscapeUntrusted(c.name), "'"));
+                               "' needs that node's certificate; the caller is ", RoleName(c.role),
+                               " '", EscapeUntrusted(c.name), "'"));
   }
   return grpc::Status::OK;
 }

@@ -24,7 +24,7 @@ namespace hetps {
 namespace transport {
 namespace {
 
-constexpr size_t kAckEchoMax = 64;              // seqs an ACK repeats (ack_echo)
+constexpr size_t kAckEchoMax = 64;  // seqs an ACK repeats (ack_echo)
 
 }  // namespace
 
@@ -228,7 +228,7 @@ struct Endpoint::Impl {
   const Clock* const clock;
   const uint64_t seed;  // nonzero: sender nonces derive from it (simulations)
   std::unique_ptr<DatagramSocket> socket;
-  Peer self;  // our address as peers know it: what our tags cover
+  Peer self;         // our address as peers know it: what our tags cover
   int wake_fd = -1;  // threaded endpoints: Send and Shutdown wake the thread
 
   // Shared with other threads.
@@ -236,10 +236,10 @@ struct Endpoint::Impl {
   std::vector<std::unique_ptr<SendFlow>> submitted ABSL_GUARDED_BY(mu);
   std::vector<uint32_t> cancelled ABSL_GUARDED_BY(mu);
   EndpointStats published ABSL_GUARDED_BY(mu);
-  std::atomic<bool> stop{false};  // read every loop iteration: no lock
+  std::atomic<bool> stop{false};           // read every loop iteration: no lock
   DataKey key_shared ABSL_GUARDED_BY(mu);  // SetKey's, taken by the thread
   bool key_changed ABSL_GUARDED_BY(mu) = true;
-  EarlyCloseConfig early_close;   // the thread's copy, refreshed from early_close_shared
+  EarlyCloseConfig early_close;  // the thread's copy, refreshed from early_close_shared
   EarlyCloseConfig early_close_shared ABSL_GUARDED_BY(mu);
   size_t active_flows ABSL_GUARDED_BY(mu) = 0;
 
@@ -476,7 +476,6 @@ absl::Status Endpoint::SetEarlyClose(const EarlyCloseConfig& config) {
   impl_->Wake();
   return absl::OkStatus();
 }
-
 
 EndpointStats Endpoint::GetStats() const {
   absl::MutexLock lock(&impl_->mu);
@@ -816,8 +815,9 @@ DropReason Endpoint::Impl::OpenRecv(const RecvKey& key, const Header& h, uint64_
   if (receiver == nullptr) return DropReason::kUnexpected;
   // Bounded before anything is allocated from the header (recv_budget.h).
   RecvFlow f;
-  if (DropReason why = AdmitFlow(budget, key.peer, recv.size(), config.recv_flows_max, h,
-                                 [&] { return receiver->AcceptFlow(key.peer, h); }, &f.charged);
+  if (DropReason why = AdmitFlow(
+          budget, key.peer, recv.size(), config.recv_flows_max, h,
+          [&] { return receiver->AcceptFlow(key.peer, h); }, &f.charged);
       why != DropReason::kNone) {
     return why;
   }
@@ -1192,8 +1192,8 @@ uint64_t Endpoint::Impl::NextSendTime(uint64_t now) {
     }
     // Room for a full packet (SendData's test): a window short of one
     // waits for ACKs, not for the pacing slot (else the loop spins).
-    const bool room = ps.inflight_bytes == 0 ||
-                      ps.inflight_bytes + config.packet_bytes <= ps.cc.cwnd_bytes();
+    const bool room =
+        ps.inflight_bytes == 0 || ps.inflight_bytes + config.packet_bytes <= ps.cc.cwnd_bytes();
     if (has_work && room) next = std::min(next, ps.next_send_us);
     if (!ps.inflight.empty()) next = std::min(next, ps.inflight.front().sent_us + RtoUs(ps));
   }

@@ -323,8 +323,7 @@ class Endpoint final : public Transport {
   // the endpoint thread. `receiver` may be null (send-only); it must
   // outlive the endpoint.
   static absl::StatusOr<std::unique_ptr<Endpoint>> Create(const EndpointConfig& config,
-                                                          Receiver* receiver,
-                                                          EndpointEnv env = {});
+                                                          Receiver* receiver, EndpointEnv env = {});
   ~Endpoint() override;  // Shutdown()
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;

@@ -130,15 +130,15 @@ TEST_CASE("loss, delay, reordering and duplication: still exact, with retransmis
   LinkImpairment client_out = Lossy(0.10, 2000, 1000);  // jitter reorders
   client_out.duplicate = 0.05;
   const OneFlow f = SendOneFlow(Config(), Lossy(0.05), Config(), client_out, 2);
-  INFO("retransmissions " << f.client.retransmissions << ", lost " << f.net.lost
-                          << ", duplicated " << f.net.duplicated);
+  INFO("retransmissions " << f.client.retransmissions << ", lost " << f.net.lost << ", duplicated "
+                          << f.net.duplicated);
   CHECK(f.net.lost > 0);
   CHECK(f.net.duplicated > 0);
   CHECK(f.client.retransmissions > 0);
   // The network's duplicates are the same datagrams: the replay window
   // drops them; never delivered twice.
   CHECK(f.server.drops[size_t(DropReason::kReplayed)] > 0);
-  CHECK(f.client.peers[0].rtprop_us >= 2000);                // sees the path's delay
+  CHECK(f.client.peers[0].rtprop_us >= 2000);  // sees the path's delay
 }
 
 // Delayed ACKs (EndpointConfig::ack_every, ack_delay_max_us): over a 20 ms
@@ -267,8 +267,8 @@ TEST_CASE("two senders into one receiver (incast)", "[endpoint]") {
   const uint32_t pf = Config().payload_floats();
   auto ha = a->Send(server->local(), 1, Packets(da, 0, pf));
   auto hb = b->Send(server->local(), 1, Packets(db, n / kChunkFloats, pf));
-  REQUIRE(run.RunUntil([&] { return ha->done() && hb->done() && rx.done() == 2; },
-                       absl::Seconds(30)));
+  REQUIRE(
+      run.RunUntil([&] { return ha->done() && hb->done() && rx.done() == 2; }, absl::Seconds(30)));
   CHECK(std::equal(da.begin(), da.end(), rx.buf().begin()));
   CHECK(std::equal(db.begin(), db.end(), rx.buf().begin() + n));
 }
@@ -325,9 +325,9 @@ TEST_CASE("truncated, oversized, forged, replayed, stale and unexpected datagram
   auto raw = [&](const std::vector<uint8_t>& bytes, const Peer& from) {
     run.net().Inject(from, to, bytes.data(), bytes.size());
   };
-  testing::Forger seal(testing::TestKey(), 77);                  // holds the job's key
-  testing::Forger outsider(testing::TestKey(1, 0x11), 78);        // guessed another key
-  testing::Forger old_job(testing::TestKey(2), 79);               // last job's key
+  testing::Forger seal(testing::TestKey(), 77);             // holds the job's key
+  testing::Forger outsider(testing::TestKey(1, 0x11), 78);  // guessed another key
+  testing::Forger old_job(testing::TestKey(2), 79);         // last job's key
   Header h;
   h.flow_id = 77;
   h.total_packets = 2;
@@ -337,23 +337,23 @@ TEST_CASE("truncated, oversized, forged, replayed, stale and unexpected datagram
   raw(std::vector<uint8_t>(kDatagramBytesMax + 100, 1), member);       // oversized
   auto magic = good;
   magic[0] = 'X';
-  raw(magic, member);                                  // bad magic
-  raw(outsider(h, 16, member), member);                // forged: wrong key bytes
+  raw(magic, member);                    // bad magic
+  raw(outsider(h, 16, member), member);  // forged: wrong key bytes
   auto tampered = seal(h, 16, member);
-  tampered[kHeaderBytes + 3] ^= 0x40;                  // forged: payload changed in flight
+  tampered[kHeaderBytes + 3] ^= 0x40;  // forged: payload changed in flight
   raw(tampered, member);
-  raw(good, Peer{member.ip, htons(4445)});             // forged: replayed from another address
-  raw(old_job(h, 16, member), member);                 // stale key
+  raw(good, Peer{member.ip, htons(4445)});  // forged: replayed from another address
+  raw(old_job(h, 16, member), member);      // stale key
   Header refused = h;
   refused.flow_id = 78;
   refused.iteration = 666;  // the receiver refuses this flow
   raw(seal(refused, 16, member), member);
-  raw(good, member);                                   // delivered
-  raw(good, member);                                   // replayed: the same datagram
-  raw(seal(h, 16, member), member);                    // duplicate: the packet, resent
+  raw(good, member);                 // delivered
+  raw(good, member);                 // replayed: the same datagram
+  raw(seal(h, 16, member), member);  // duplicate: the packet, resent
   Header odd = h;
   odd.flow_id = 79;
-  raw(seal(odd, 6, member), member);                   // misaligned
+  raw(seal(odd, 6, member), member);  // misaligned
   run.RunFor(absl::Milliseconds(5));
   const EndpointStats st = server->GetStats();
   auto count = [&](DropReason r) { return st.drops[size_t(r)]; };
@@ -477,8 +477,7 @@ TEST_CASE("bounds and shutdown: clear errors, no hang", "[endpoint]") {
   auto empty = client->Send(nowhere, 1, {});
   CHECK(empty->status().code() == absl::StatusCode::kInvalidArgument);
   PacketSpan too_big{0, 0, data.data(), c.payload_floats() + 1, false};
-  CHECK(client->Send(nowhere, 1, {too_big})->status().code() ==
-        absl::StatusCode::kInvalidArgument);
+  CHECK(client->Send(nowhere, 1, {too_big})->status().code() == absl::StatusCode::kInvalidArgument);
   run.RunFor(absl::Seconds(2));
   CHECK(!stuck->done());
   client->Cancel(stuck);

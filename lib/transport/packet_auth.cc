@@ -14,8 +14,8 @@ namespace transport {
 
 absl::StatusOr<DataKey> DataKeyFromBytes(uint8_t id, const std::string& bytes) {
   if (bytes.size() != kDataKeyBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("data key of ", bytes.size(),
-                                                   " bytes (", kDataKeyBytes, " expected)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data key of ", bytes.size(), " bytes (", kDataKeyBytes, " expected)"));
   }
   DataKey k;
   k.id = id;
@@ -86,8 +86,7 @@ struct PacketAuth::Ctx {
   }
 };
 
-PacketAuth::PacketAuth(bool authenticate, std::function<uint64_t()> draw_sender,
-                       bool force_openssl)
+PacketAuth::PacketAuth(bool authenticate, std::function<uint64_t()> draw_sender, bool force_openssl)
     : authenticate_(authenticate),
       draw_sender_(std::move(draw_sender)),
       force_openssl_(force_openssl) {}
@@ -144,11 +143,12 @@ bool PacketAuth::Tag(const Peer& addr, const uint8_t* head, const uint8_t* body,
     scratch_.resize(sizeof(addr_bytes) + kTagOffset + body_len);
     std::memcpy(scratch_.data(), addr_bytes, sizeof(addr_bytes));
     std::memcpy(scratch_.data() + sizeof(addr_bytes), head, kTagOffset);
-    if (body_len > 0) std::memcpy(scratch_.data() + sizeof(addr_bytes) + kTagOffset, body, body_len);
+    if (body_len > 0)
+      std::memcpy(scratch_.data() + sizeof(addr_bytes) + kTagOffset, body, body_len);
     unsigned long long tag_len = 0;
     uint8_t no_ciphertext[1];  // nothing is encrypted; the API wants a buffer
-    return crypto_aead_aes256gcm_encrypt_detached_afternm(no_ciphertext, tag_out, &tag_len, nullptr, 0,
-                                                          scratch_.data(), scratch_.size(),
+    return crypto_aead_aes256gcm_encrypt_detached_afternm(no_ciphertext, tag_out, &tag_len, nullptr,
+                                                          0, scratch_.data(), scratch_.size(),
                                                           nullptr, nonce, &ctx_->state) == 0;
   }
   EVP_CIPHER_CTX* c = ctx_->evp;

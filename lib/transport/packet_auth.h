@@ -138,7 +138,7 @@ class PacketAuth {
   uint64_t sender_ = 0;
   uint64_t next_pn_ = 0;
   struct Ctx;
-  std::unique_ptr<Ctx> ctx_;  // the keyed cipher state (either library), per SetKey
+  std::unique_ptr<Ctx> ctx_;      // the keyed cipher state (either library), per SetKey
   std::vector<uint8_t> scratch_;  // the authenticated data, contiguous (libsodium)
   absl::flat_hash_map<SenderKey, ReplayWindow> windows_;
 };

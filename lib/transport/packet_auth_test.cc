@@ -106,8 +106,8 @@ TEST_CASE("replay window: reordering within it passes, older or repeated is refu
   std::vector<std::vector<uint8_t>> sent;
   for (int i = 0; i < 6000; ++i) sent.push_back(Sealed(tx, kA));
   CHECK(Check(rx, kA, sent[5000]) == DropReason::kNone);
-  CHECK(Check(rx, kA, sent[4999]) == DropReason::kNone);  // late, within the window
-  CHECK(Check(rx, kA, sent[905]) == DropReason::kNone);   // 4095 behind
+  CHECK(Check(rx, kA, sent[4999]) == DropReason::kNone);     // late, within the window
+  CHECK(Check(rx, kA, sent[905]) == DropReason::kNone);      // 4095 behind
   CHECK(Check(rx, kA, sent[904]) == DropReason::kReplayed);  // 4096 behind: too old
   CHECK(Check(rx, kA, sent[4999]) == DropReason::kReplayed);
   CHECK(Check(rx, kA, sent[5999]) == DropReason::kNone);  // a jump ahead

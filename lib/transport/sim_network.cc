@@ -144,11 +144,11 @@ void SimNetwork::Route(const Peer& from, const Peer& to, LinkState& link,
   absl::MutexLock lock(&in->mu);
   if (dup < imp.duplicate) {
     ++counters_.duplicated;
-    in->queue.push(Msg{base + (imp.jitter_us > 0 ? jitter2 % imp.jitter_us : 0), order_++, from,
-                       bytes});
+    in->queue.push(
+        Msg{base + (imp.jitter_us > 0 ? jitter2 % imp.jitter_us : 0), order_++, from, bytes});
   }
-  in->queue.push(
-      Msg{base + (imp.jitter_us > 0 ? jitter1 % imp.jitter_us : 0), order_++, from, std::move(bytes)});
+  in->queue.push(Msg{base + (imp.jitter_us > 0 ? jitter1 % imp.jitter_us : 0), order_++, from,
+                     std::move(bytes)});
   // Woken once per batch, after every lock is released.
   if (in->efd >= 0 && std::find(wake->begin(), wake->end(), in->efd) == wake->end()) {
     wake->push_back(in->efd);

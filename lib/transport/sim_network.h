@@ -36,11 +36,11 @@ namespace hetps {
 namespace transport {
 
 struct LinkImpairment {
-  double loss = 0;          // probability a datagram is dropped
-  double duplicate = 0;     // probability it is delivered twice
-  uint32_t delay_us = 20;   // one-way propagation (loopback-like by default)
-  uint32_t jitter_us = 0;   // extra uniform delay in [0, jitter_us): reorders
-  uint64_t rate_bps = 0;    // bottleneck rate; 0: unlimited
+  double loss = 0;                     // probability a datagram is dropped
+  double duplicate = 0;                // probability it is delivered twice
+  uint32_t delay_us = 20;              // one-way propagation (loopback-like by default)
+  uint32_t jitter_us = 0;              // extra uniform delay in [0, jitter_us): reorders
+  uint64_t rate_bps = 0;               // bottleneck rate; 0: unlimited
   uint64_t queue_bytes_max = 1 << 20;  // waiting at the bottleneck, then drop-tail
 };
 
@@ -50,7 +50,7 @@ struct SimStats {
   uint64_t lost = 0;           // by the loss probability
   uint64_t queue_dropped = 0;  // drop-tail at a rate-limited link
   uint64_t duplicated = 0;
-  uint64_t unroutable = 0;     // no socket at the destination
+  uint64_t unroutable = 0;  // no socket at the destination
 };
 
 class SimNetwork;

@@ -12,7 +12,9 @@ namespace hetps {
 namespace transport {
 namespace {
 
-Peer Addr(uint32_t host, uint16_t port = 7000) { return Peer{htonl(0x0A000000u + host), htons(port)}; }
+Peer Addr(uint32_t host, uint16_t port = 7000) {
+  return Peer{htonl(0x0A000000u + host), htons(port)};
+}
 
 void SendN(SimSocket& from, const Peer& to, int n, size_t bytes = 100) {
   std::vector<uint8_t> buf(bytes);
@@ -106,7 +108,7 @@ TEST_CASE("a rate-limited link serialises and drops at the tail of its queue", "
   REQUIRE(b.ok());
   LinkImpairment imp;
   imp.delay_us = 0;
-  imp.rate_bps = 8'000'000;       // 1 byte per microsecond
+  imp.rate_bps = 8'000'000;      // 1 byte per microsecond
   imp.queue_bytes_max = 10'000;  // 10 ms of queue
   net.SetLink(Addr(1), Addr(2), imp);
   SendN(**a, Addr(2), 200, 1000);  // 200 ms of data at once

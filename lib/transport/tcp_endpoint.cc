@@ -712,9 +712,9 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
     // Bounded before anything is allocated from the header (recv_budget.h).
     // A refused flow leaves no state: its later frames are asked about again.
     InFlow f;
-    if (DropReason why =
-            AdmitFlow(budget, c->host, c->flows.size(), config.recv_flows_max, h,
-                      [&] { return receiver->AcceptFlow(c->peer, h); }, &f.charged);
+    if (DropReason why = AdmitFlow(
+            budget, c->host, c->flows.size(), config.recv_flows_max, h,
+            [&] { return receiver->AcceptFlow(c->peer, h); }, &f.charged);
         why != DropReason::kNone) {
       ++stats.drops[size_t(why)];
       return true;

@@ -59,9 +59,9 @@ TEST_CASE("byte order on the wire is little-endian", "[wire]") {
   CHECK(d[1] == 'P');
   CHECK(d[2] == 2);
   CHECK(d[5] == 0x5C);
-  CHECK(d[8] == 0xEF);   // sender low byte first
-  CHECK(d[16] == 0x88);  // packet number
-  CHECK(d[24] == 7);     // flow_id
+  CHECK(d[8] == 0xEF);                                                  // sender low byte first
+  CHECK(d[16] == 0x88);                                                 // packet number
+  CHECK(d[24] == 7);                                                    // flow_id
   for (size_t i = kTagOffset; i < kHeaderBytes; ++i) CHECK(d[i] == 0);  // the tag: not the codec's
 }
 

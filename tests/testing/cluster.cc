@@ -37,7 +37,8 @@ absl::StatusOr<TlsMaterial> LocalCluster::Identity(const std::string& name, bool
 std::vector<std::string> LocalCluster::TlsFlags(const std::string& node_id) {
   absl::Status s = EnsureCert(node_id, false);
   (void)s;  // a missing certificate shows as the daemon's own start-up error
-  return {"--tls_ca=" + certs_ + "/ca.pem", absl::StrCat("--tls_cert=", certs_, "/", node_id, ".pem"),
+  return {"--tls_ca=" + certs_ + "/ca.pem",
+          absl::StrCat("--tls_cert=", certs_, "/", node_id, ".pem"),
           absl::StrCat("--tls_key=", certs_, "/", node_id, ".key"),
           "--admin_tokens_file=" + certs_ + "/admin-tokens"};
 }
@@ -106,7 +107,7 @@ std::unique_ptr<v1::Scheduler::Stub> LocalCluster::SchedulerStub() const {
 }
 
 std::unique_ptr<v1::Scheduler::Stub> LocalCluster::SchedulerStubAs(const std::string& name,
-                                                                 bool admin) {
+                                                                   bool admin) {
   absl::StatusOr<TlsMaterial> m = Identity(name, admin);
   if (!m.ok()) return nullptr;
   return v1::Scheduler::NewStub(MakeSecureChannel(schedd_address_, *m));

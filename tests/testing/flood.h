@@ -49,9 +49,9 @@ class Capture {
 // What one Flood sent, by kind.
 struct FloodCounts {
   uint64_t random_bytes = 0;
-  uint64_t random_headers = 0;   // valid v2 layout, every field random
-  uint64_t wrong_key = 0;        // sealed under another key, with the job's key id
-  uint64_t impossible_size = 0;  // flows of more than 2^24 packets
+  uint64_t random_headers = 0;       // valid v2 layout, every field random
+  uint64_t wrong_key = 0;            // sealed under another key, with the job's key id
+  uint64_t impossible_size = 0;      // flows of more than 2^24 packets
   uint64_t replay_same_source = 0;   // captured datagrams again, from their own source
   uint64_t replay_other_source = 0;  // captured datagrams from another address
   uint64_t total() const {
@@ -62,10 +62,10 @@ struct FloodCounts {
 
 struct FloodSpec {
   transport::Peer to;
-  uint64_t per_kind = 200'000;     // datagrams of each kind
-  uint64_t rate_per_s = 150'000;   // paced so the kernel's buffers rarely overflow
-  uint8_t key_id = 0;              // the job's (learned from a capture)
-  std::vector<Captured> replays;   // captured datagrams addressed to `to`
+  uint64_t per_kind = 200'000;    // datagrams of each kind
+  uint64_t rate_per_s = 150'000;  // paced so the kernel's buffers rarely overflow
+  uint8_t key_id = 0;             // the job's (learned from a capture)
+  std::vector<Captured> replays;  // captured datagrams addressed to `to`
   uint64_t seed = 1;
 };
 

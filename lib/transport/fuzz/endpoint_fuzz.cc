@@ -18,9 +18,9 @@
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstdint>
-#include <deque>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -66,7 +66,7 @@ Peer PeerAddr(size_t i) { return Peer{htonl(0x0A000100u + uint32_t(i)), htons(70
 // How each fake peer sends: mostly as a member holding the job's key.
 struct Peers {
   std::deque<testing::Forger> members, outsiders, old_job;  // not movable
-  std::vector<std::vector<uint8_t>> sent;  // for replays
+  std::vector<std::vector<uint8_t>> sent;                   // for replays
   Peers() {
     for (size_t i = 0; i < kPeers; ++i) {
       members.emplace_back(testing::TestKey(), 100 + i);
@@ -80,7 +80,8 @@ struct Peers {
   std::vector<uint8_t> Make(size_t peer, const Header& h, const std::vector<uint8_t>& payload,
                             FuzzedDataProvider& in) {
     const int how = in.ConsumeIntegralInRange<int>(0, 15);
-    if (how == 13 && !sent.empty()) return sent[in.ConsumeIntegralInRange<size_t>(0, sent.size() - 1)];
+    if (how == 13 && !sent.empty())
+      return sent[in.ConsumeIntegralInRange<size_t>(0, sent.size() - 1)];
     testing::Forger& f = how == 14 ? outsiders[peer] : how == 15 ? old_job[peer] : members[peer];
     std::vector<uint8_t> d = f(h, payload, PeerAddr(peer));
     if (how == 12) d[in.ConsumeIntegralInRange<size_t>(0, d.size() - 1)] ^= 0x20;
@@ -162,8 +163,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         h.flags = in.ConsumeIntegral<uint8_t>() & kFlagsKnown & ~kFlagAckPrefix;
         h.flow_id = in.ConsumeIntegralInRange<uint32_t>(0, 9);
         h.total_packets = FuzzTotal(in);
-        h.seq = h.total_packets > 0 ? in.ConsumeIntegralInRange<uint32_t>(0, h.total_packets - 1)
-                                    : 0;
+        h.seq =
+            h.total_packets > 0 ? in.ConsumeIntegralInRange<uint32_t>(0, h.total_packets - 1) : 0;
         const size_t payload = 4 * in.ConsumeIntegralInRange<size_t>(0, 338);
         h.chunk_id = in.ConsumeIntegral<uint32_t>();
         h.chunk_offset = in.ConsumeIntegral<uint32_t>();
