@@ -68,6 +68,10 @@ struct Flags {
   int64_t ack_prefix = -1;  // ACKs carry the prefix: 0 off, 1 on, < 0 default
   int64_t ack_echo = -1;    // ACKs repeat the previous ACK: 0 off, 1 on, < 0 default
   int64_t auth = 1;         // datagrams authenticated: 1 (default), 0 off (A/B of its cost)
+  // UDP GSO and GRO: off on the testbed (its shaper and drop filter must
+  // see every datagram), on for loopback runs (as the daemons' default).
+  int64_t offload = 0;
+  int64_t packet_bytes = 1400;
 };
 
 [[noreturn]] void Usage(const std::string& why) {
@@ -79,7 +83,8 @@ struct Flags {
                "--iterations=4\n"
                "  --ltp_slack_ms=30 --ltp_min_delivered=0.8 --seconds=5 --trace=false\n"
                "  --ack_every=16 --room=1 --ack_prefix=1 --ack_echo=1 --auth=1 (A/B of the\n"
-               "  endpoint's delayed ACKs, room restarts, ACK prefix, ACK echo, authentication)\n",
+               "  endpoint's delayed ACKs, room restarts, ACK prefix, ACK echo, authentication)\n"
+               "  --offload=0 (UDP GSO/GRO) --packet_bytes=1400\n",
                why.c_str());
   std::exit(2);
 }
@@ -124,6 +129,10 @@ Flags Parse(int argc, char** argv) {
       ok = absl::SimpleAtoi(v, &f.ack_echo) && (f.ack_echo == 0 || f.ack_echo == 1);
     } else if (k == "auth") {
       ok = absl::SimpleAtoi(v, &f.auth) && (f.auth == 0 || f.auth == 1);
+    } else if (k == "offload") {
+      ok = absl::SimpleAtoi(v, &f.offload) && (f.offload == 0 || f.offload == 1);
+    } else if (k == "packet_bytes") {
+      ok = absl::SimpleAtoi(v, &f.packet_bytes) && f.packet_bytes >= 128 && f.packet_bytes <= 65000;
     } else if (k == "trace") {
       ok = absl::SimpleAtob(v, &f.trace);
     } else {
@@ -166,8 +175,10 @@ transport::EndpointConfig EndpointFor(const Flags& f) {
   c.authenticate = f.auth == 1;
   // A shaper and a random-drop filter sit on the link: they must see each
   // datagram as its own packet.
-  c.gso = false;
-  c.gro = false;
+  c.gso = f.offload == 1;
+  c.gro = f.offload == 1;
+  c.packet_bytes = uint32_t(f.packet_bytes);
+  c.congestion.packet_bytes = c.packet_bytes;
   c.tcp_congestion = f.tcp_cc;
   c.early_close.slack_us = uint32_t(f.slack_ms * 1000);
   c.early_close.min_fraction = f.min_delivered;

@@ -3,9 +3,13 @@
 // the UDP data plane, and a workerd killed mid-job (the round closes at its
 // deadline and the job goes on with the other worker).
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "lib/rpc/grpc_util.h"
 #include "tests/testing/cluster.h"
@@ -22,16 +26,19 @@ std::string WriteJob(const LocalCluster& c, const std::string& name, const std::
 
 // schedd, 2 psd and `workers` workerd; the trainers use one BLAS thread
 // each (this machine has 2 cores for all of them).
-void StartCluster(LocalCluster& c, int workers) {
+void StartCluster(LocalCluster& c, int workers, const std::vector<std::string>& extra = {}) {
   REQUIRE(c.StartSchedd().ok());
   for (const char* id : {"psd-0", "psd-1"}) {
-    absl::Status s = c.StartNode("psd", id, {"--data_peer_forget_ms=1500"});
+    std::vector<std::string> flags = {"--data_peer_forget_ms=1500"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    absl::Status s = c.StartNode("psd", id, flags);
     INFO(s.message());
     REQUIRE(s.ok());
   }
   for (int i = 0; i < workers; ++i) {
-    absl::Status s = c.StartNode("workerd", "worker-" + std::to_string(i),
-                                 {"--cpu_threads=1", "--report_every=10"});
+    std::vector<std::string> flags = {"--cpu_threads=1", "--report_every=10"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    absl::Status s = c.StartNode("workerd", "worker-" + std::to_string(i), flags);
     INFO(s.message());
     REQUIRE(s.ok());
   }
@@ -45,7 +52,73 @@ const v1::NodeJobStatus* Node(const v1::JobStatus& j, const std::string& id) {
   return nullptr;
 }
 
+// The lines of a trace file; each must be one JSON object naming `ev`.
+std::vector<std::string> TraceLines(const std::string& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+// The unsigned value of `"key":` in a trace line (0 when absent).
+uint64_t Field(const std::string& line, const std::string& key) {
+  const size_t at = line.find("\"" + key + "\":");
+  if (at == std::string::npos) return 0;
+  return std::strtoull(line.c_str() + at + key.size() + 3, nullptr, 10);
+}
+
 }  // namespace
+
+// trace_dir: every psd writes a line per round and every workerd a line
+// per iteration, each a timeline in one clock (docs/tracing.md).
+TEST_CASE("A traced job writes each round's timeline on every node") {
+  LocalCluster c("job-trace");
+  const std::string dir = c.dir() + "/trace";
+  REQUIRE(mkdir(dir.c_str(), 0755) == 0);
+  StartCluster(c, 2, {"--trace_dir=" + dir});
+  const std::string job =
+      WriteJob(c, "job.yaml", "name: trace-test\nmodel: mlp\niterations: 30\neval_every: 0\n");
+  ProcessResult sub = c.Psctl({"job", "submit", job, "-o", "json"});
+  INFO(sub.stdout_text << sub.stderr_text);
+  REQUIRE(sub.exit_code == 0);
+  v1::JobStatus j;
+  REQUIRE(c.WaitJobEnded(absl::Seconds(120), &j));
+  REQUIRE(j.state() == v1::JOB_STATE_SUCCEEDED);
+  for (const char* node : {"psd-0", "psd-1"}) {
+    const std::vector<std::string> lines =
+        TraceLines(dir + "/" + j.job_id() + "-" + node + ".jsonl");
+    INFO(node);
+    REQUIRE(lines.size() == 30);
+    for (size_t t = 0; t < lines.size(); ++t) {
+      const std::string& l = lines[t];
+      INFO(l);
+      CHECK(l.find("\"ev\":\"round\"") != std::string::npos);
+      CHECK(Field(l, "t") == t);
+      CHECK(Field(l, "start") > 0);
+      CHECK(Field(l, "start") <= Field(l, "bcast"));
+      CHECK(Field(l, "bcast") <= Field(l, "closed"));
+      CHECK(Field(l, "closed") <= Field(l, "summed"));
+      CHECK(Field(l, "summed") <= Field(l, "applied"));
+      CHECK(l.find("\"bcasts\":[{\"submitted\":") != std::string::npos);
+    }
+  }
+  for (const char* node : {"worker-0", "worker-1"}) {
+    const std::vector<std::string> lines =
+        TraceLines(dir + "/" + j.job_id() + "-" + node + ".jsonl");
+    INFO(node);
+    REQUIRE(lines.size() == 30);
+    for (const std::string& l : lines) {
+      INFO(l);
+      CHECK(l.find("\"ev\":\"iteration\"") != std::string::npos);
+      CHECK(Field(l, "wait") <= Field(l, "woke"));
+      CHECK(Field(l, "woke") <= Field(l, "compute"));
+      CHECK(Field(l, "compute") <= Field(l, "push"));
+      CHECK(Field(l, "push") <= Field(l, "pushed"));
+      CHECK(Field(l, "pushed") > 0);
+      CHECK(l.find("\"pushes\":[{\"submitted\":") != std::string::npos);
+    }
+  }
+}
 
 TEST_CASE("A killed workerd: rounds close at the deadline, the job finishes with the other") {
   LocalCluster c("job-kill", /*heartbeat_interval_ms=*/300);

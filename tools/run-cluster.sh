@@ -2,38 +2,54 @@
 # The main job: builds hetps (optimized), starts a local cluster on loopback
 # (1 schedd, 2 psd, 2 workerd), submits a training job (default: mlp on
 # Fashion-MNIST, deploy/jobs/mlp.yaml) with psctl, and shows its progress
-# until it ends; then stops the cluster. Exit status 0 when the job
-# succeeded. Installs what it needs (Debian packages, idempotent). Stops only
+# until it ends; then stops the cluster. Exit status 0 when every job
+# succeeded. Several --job flags, or --repeat, run jobs one after another
+# on the same cluster; each ends with a line
+#   run-cluster: job K/N NAME STATE elapsed_s E train_s T samples_per_s S accuracy A
+# (E: schedd's running time; T: the slowest worker's training loop, its
+# compute, push and pull-wait time; S: samples over T). Installs what it needs (Debian packages, idempotent). Stops only
 # the daemons it started, by PID (SIGTERM: they drain and leave the cluster).
 # The control plane runs with mTLS: a development CA and certificates are
 # made in OUT/certs (tools/dev-certs.sh), and psctl's settings written to
 # OUT/psctl.yaml (export HETPS_PSCTL_CONFIG=OUT/psctl.yaml to use it).
 #
-# usage: tools/run-cluster.sh [--job FILE] [--keep] [--refresh SECONDS]
-#                             [--port BASE] [--out DIR]
-#   --job       job spec to submit (default deploy/jobs/mlp.yaml)
+# usage: tools/run-cluster.sh [--job FILE]... [--repeat N] [--keep]
+#                             [--refresh SECONDS] [--port BASE] [--out DIR]
+#                             [--trace DIR]
+#   --job       job spec to submit (default deploy/jobs/mlp.yaml); repeatable
+#   --repeat    submit the job list N times (default 1)
 #   --keep      keep the cluster running after the job, until Ctrl-C
 #   --refresh   seconds between progress updates (default 2)
 #   --port      schedd's control port; metrics ports follow (default 7070)
 #   --out       logs (default out/cluster)
+#   --trace     write round traces of psd and workerd to DIR (docs/tracing.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-job=deploy/jobs/mlp.yaml
+jobs=()
+repeat=1
 keep=0
 refresh=2
 base_port=7070
 out=out/cluster
+trace=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --job) job=$2; shift 2 ;;
+    --job) jobs+=("$2"); shift 2 ;;
+    --repeat) repeat=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     --refresh) refresh=$2; shift 2 ;;
     --port) base_port=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --trace) mkdir -p "$2"; trace=(--trace_dir="$(cd "$2" && pwd)"); shift 2 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "run-cluster: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
+done
+[ ${#jobs[@]} -gt 0 ] || jobs=(deploy/jobs/mlp.yaml)
+case "$repeat" in ''|*[!0-9]*|0) echo "run-cluster: --repeat needs a positive number" >&2; exit 2 ;; esac
+for j in "${jobs[@]}"; do
+  [ -r "$j" ] || { echo "run-cluster: cannot read job spec $j" >&2; exit 2; }
 done
 
 bash tools/bootstrap.sh
@@ -110,13 +126,13 @@ i=0
 for node in psd-0 psd-1; do
   i=$((i + 1))
   start psd "$node" --scheduler="$schedd_addr" --listen=127.0.0.1:0 \
-    --metrics_listen="127.0.0.1:$((base_port + 2400 + i))"
+    --metrics_listen="127.0.0.1:$((base_port + 2400 + i))" "${trace[@]}"
 done
 # Two trainers share this machine's cores: one BLAS thread each.
 for node in worker-0 worker-1; do
   i=$((i + 1))
   start workerd "$node" --scheduler="$schedd_addr" --listen=127.0.0.1:0 \
-    --metrics_listen="127.0.0.1:$((base_port + 2400 + i))" --cpu_threads=1
+    --metrics_listen="127.0.0.1:$((base_port + 2400 + i))" --cpu_threads=1 "${trace[@]}"
 done
 
 psctl() { "$bin/clients/psctl/psctl" --config="$out/psctl.yaml" "$@"; }
@@ -128,34 +144,71 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 
-echo "run-cluster: submitting $job"
-psctl job submit "$job"
-state=""
-while true; do
-  sleep "$refresh"
-  json=$(psctl job status -o json 2>/dev/null || true)
-  state=$(sed -nE 's/.*"state":"([a-z]+)".*/\1/p' <<<"${json%%\"nodes\"*}")
-  if [ -t 1 ]; then
-    clear
-    echo "hetps local cluster: schedd $schedd_addr   logs: $out/   (Ctrl-C stops)"
-    echo
-    psctl job status || true
-  else
-    # One progress line per update when not on a terminal (CI, logs).
-    it=$(sed -nE 's/.*"iteration":([0-9]+),"total_iterations":([0-9]+).*/\1\/\2/p' <<<"$json")
-    acc=$(sed -nE 's/.*"test_accuracy":([-0-9.e]+),.*/\1/p' <<<"${json%%\"nodes\"*}")
-    sps=$(sed -nE 's/.*"samples_per_second":([-0-9.e]+),.*/\1/p' <<<"${json%%\"nodes\"*}")
-    loss=$(sed -nE 's/.*"loss":([-0-9.e]+),.*/\1/p' <<<"${json%%\"nodes\"*}")
-    printf 'run-cluster: %-9s iteration %-11s loss %-7.4f test accuracy %-7s samples/s %.0f\n' \
-      "$state" "$it" "${loss:-0}" "$(awk -v a="${acc:--1}" 'BEGIN{if (a<0) print "-"; else printf "%.2f%%", 100*a}')" \
-      "${sps:-0}"
-  fi
-  case "$state" in succeeded|failed|cancelled) break ;; esac
+# Submits one job spec and follows it to its end; sets $state.
+run_job() {  # run_job SPEC K N
+  local spec=$1 k=$2 n=$3 json it acc sps loss id
+  echo "run-cluster: submitting $spec ($k/$n)"
+  id=$(psctl job submit "$spec" | sed -nE 's/^submitted ([^ ]+).*/\1/p')
+  state=""
+  while true; do
+    sleep "$refresh"
+    json=$(psctl job status "$id" -o json 2>/dev/null || true)
+    state=$(sed -nE 's/.*"state":"([a-z]+)".*/\1/p' <<<"${json%%\"nodes\"*}")
+    if [ -t 1 ]; then
+      clear
+      echo "hetps local cluster: schedd $schedd_addr   logs: $out/   (Ctrl-C stops)"
+      echo
+      psctl job status "$id" || true
+    else
+      # One progress line per update when not on a terminal (CI, logs).
+      it=$(sed -nE 's/.*"iteration":([0-9]+),"total_iterations":([0-9]+).*/\1\/\2/p' <<<"$json")
+      acc=$(sed -nE 's/.*"test_accuracy":([-0-9.e]+),.*/\1/p' <<<"${json%%\"nodes\"*}")
+      sps=$(sed -nE 's/.*"samples_per_second":([-0-9.e]+),.*/\1/p' <<<"${json%%\"nodes\"*}")
+      loss=$(sed -nE 's/.*"loss":([-0-9.e]+),.*/\1/p' <<<"${json%%\"nodes\"*}")
+      printf 'run-cluster: %-9s iteration %-11s loss %-7.4f test accuracy %-7s samples/s %.0f\n' \
+        "$state" "$it" "${loss:-0}" "$(awk -v a="${acc:--1}" 'BEGIN{if (a<0) print "-"; else printf "%.2f%%", 100*a}')" \
+        "${sps:-0}"
+    fi
+    case "$state" in succeeded|failed|cancelled) break ;; esac
+  done
+  echo
+  psctl job status "$id" || true
+  json=$(psctl job status "$id" -o json 2>/dev/null || true)
+  python3 - "$k" "$n" "$json" "$spec" <<'PY'
+import json, re, sys
+k, n, text, spec = sys.argv[1:5]
+try:
+    j = json.loads(text)
+except ValueError:
+    print(f"run-cluster: job {k}/{n} status unreadable")
+    sys.exit(0)
+job = j
+e = job.get("elapsed_s") or 0
+it = job.get("total_iterations") or 0
+m = re.search(r"^batch_size:\s*(\d+)", open(spec).read(), re.M)
+batch = int(m.group(1)) if m else 64  # the job spec default
+ws = [x for x in j.get("nodes", []) if x.get("role") == "worker"]
+train = max((x.get("compute_seconds", 0) + x.get("push_seconds", 0) +
+             x.get("pull_wait_seconds", 0) for x in ws), default=0)
+sps = it * batch * len(ws) / train if train else 0
+print(f"run-cluster: job {k}/{n} {job.get('name', '?')} {job.get('state', '?')} "
+      f"elapsed_s {e:.2f} train_s {train:.2f} samples_per_s {sps:.0f} "
+      f"accuracy {job.get('test_accuracy', -1):.4f}")
+PY
+}
+
+all_ok=1
+total=$(( ${#jobs[@]} * repeat ))
+k=0
+for _ in $(seq 1 "$repeat"); do
+  for spec in "${jobs[@]}"; do
+    k=$((k + 1))
+    run_job "$spec" "$k" "$total"
+    [ "$state" = succeeded ] || all_ok=0
+  done
 done
-echo
-psctl job status || true
 if [ "$keep" -eq 1 ]; then
   echo "run-cluster: job $state; cluster kept running (--keep) until Ctrl-C"
   while true; do sleep 3600; done
 fi
-[ "$state" = succeeded ]
+[ "$all_ok" -eq 1 ]

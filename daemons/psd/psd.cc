@@ -104,6 +104,10 @@ class Psd::Jobs final : public JobRunner {
     c.round_deadline = absl::Milliseconds(spec.round_deadline_ms);
     c.endpoint = data->config();
     c.endpoint.early_close = spec.early_close();
+    ASSIGN_OR_RETURN(std::unique_ptr<TraceLog> trace,
+                     OpenJobTrace(psd_->config_.data, a.job_id(), psd_->runtime_->node_id()));
+    c.trace = trace.get();
+    c.trace_node = psd_->runtime_->node_id();
     ASSIGN_OR_RETURN(std::unique_ptr<ps::ShardServer> server,
                      ps::ShardServer::Create(c, init, data));
     ASSIGN_OR_RETURN(std::vector<transport::Peer> workers, LiveWorkers(latest));

@@ -84,6 +84,10 @@ class Workerd::Jobs final : public JobRunner {
                      SelectJobTransport(spec, key, w_->endpoint_.get(), w_->tcp_.get()));
     c.endpoint = data->config();
     c.evaluate = rank == 0;
+    ASSIGN_OR_RETURN(std::unique_ptr<TraceLog> trace,
+                     OpenJobTrace(w_->config_.data, a.job_id(), w_->runtime_->node_id()));
+    c.trace = trace.get();
+    c.trace_node = w_->runtime_->node_id();
     // Rounds start once every member is ready: allow for slow starters.
     c.pull_timeout = absl::Seconds(120);
     ASSIGN_OR_RETURN(train::BackendKind kind, train::ParseBackendKind(spec.backend));

@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "lib/base/clock.h"
 #include "lib/base/escape.h"
@@ -12,6 +15,7 @@
 #include "lib/base/net_address.h"
 #include "lib/base/status_macros.h"
 #include "lib/base/sysinfo.h"
+#include "lib/base/trace_log.h"
 
 namespace hetps {
 namespace {
@@ -114,6 +118,26 @@ TEST_CASE("status macros propagate errors and values") {
   CHECK(Quarter(8, &out).ok());
   CHECK(out == 2);
   CHECK(Quarter(6, &out).code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("a trace log writes whole lines and stops at its size bound", "[base]") {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/trace_log_test.jsonl";
+  auto log = TraceLog::Open(path, 24);
+  REQUIRE(log.ok());
+  (*log)->Write("{\"t\":1}");    // 7 bytes + newline
+  (*log)->Write("{\"t\":22}");   // 8 + 1: 17 in all
+  (*log)->Write("{\"t\":333}");  // would pass 24: dropped, not cut
+  CHECK((*log)->written() == 17);
+  CHECK((*log)->dropped() == 1);
+  log->reset();
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  REQUIRE(f != nullptr);
+  char buf[64] = {0};
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  CHECK(std::string(buf, n) == "{\"t\":1}\n{\"t\":22}\n");
+  CHECK_FALSE(TraceLog::Open("/nonexistent-dir/x.jsonl", 1 << 20).ok());
 }
 
 TEST_CASE("sysinfo reports this machine") {

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/escape.h"
 #include "lib/base/status_macros.h"
 
 namespace hetps {
@@ -35,8 +36,29 @@ void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* c) {
               "Forget a peer's path estimates, link state and metric series after this long "
               "without a flow to or from it.",
               100, 86'400'000);
+  schema->String("trace_dir", &c->trace_dir,
+                 "Round traces: one JSON-lines file per job, <trace_dir>/<job>-<node>.jsonl, with "
+                 "the timeline of every round (docs/tracing.md); empty: off.");
+  schema->Int("trace_bytes_max", &c->trace_bytes_max,
+              "Size at which a job's round trace stops growing (further lines are dropped).",
+              1 << 20, int64_t(1) << 40);
   schema->Bool("data_tcp", &c->data_tcp,
                "Also accept kernel-TCP data flows (jobs with transport: tcp) on the data port.");
+}
+
+absl::StatusOr<std::unique_ptr<TraceLog>> OpenJobTrace(const DataPlaneConfig& config,
+                                                       const std::string& job_id,
+                                                       const std::string& node_id) {
+  if (config.trace_dir.empty()) return std::unique_ptr<TraceLog>();
+  // Both come from schedd and its members' config: never a path of their own.
+  for (const std::string* part : {&job_id, &node_id}) {
+    if (part->empty() || part->find('/') != std::string::npos || *part == "." || *part == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "trace file name from \"", EscapeUntrusted(*part), "\" is not a plain name"));
+    }
+  }
+  return TraceLog::Open(absl::StrCat(config.trace_dir, "/", job_id, "-", node_id, ".jsonl"),
+                        uint64_t(config.trace_bytes_max));
 }
 
 absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(

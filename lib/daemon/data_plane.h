@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "lib/base/trace_log.h"
 #include "lib/config/config.h"
 #include "lib/job/job_spec.h"
 #include "lib/transport/tcp_endpoint.h"
@@ -32,7 +33,17 @@ struct DataPlaneConfig {
   int64_t data_recv_peer_bytes_max = 64ll << 20;
   int64_t data_recv_bytes_max = 256ll << 20;
   int64_t data_peer_forget_ms = 60'000;  // EndpointConfig::peer_forget_ms
+  // Round traces (docs/tracing.md): one JSON-lines file per job in this
+  // directory; empty: none.
+  std::string trace_dir;
+  int64_t trace_bytes_max = 256ll << 20;
 };
+
+// The job's round trace file, <trace_dir>/<job_id>-<node_id>.jsonl, or
+// null when trace_dir is empty.
+absl::StatusOr<std::unique_ptr<TraceLog>> OpenJobTrace(const DataPlaneConfig& config,
+                                                       const std::string& job_id,
+                                                       const std::string& node_id);
 
 void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* config);
 

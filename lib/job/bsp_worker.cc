@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/clock.h"
+#include "lib/base/json_writer.h"
 #include "lib/base/status_macros.h"
 
 namespace hetps {
@@ -74,6 +76,7 @@ void BspWorker::SetServers(const std::vector<Peer>& servers) {
   complete_.assign(servers.size(), -1);
   receiving_.assign(servers.size(), -1);
   pull_packets_.assign(servers.size(), 0);
+  pulled_.assign(servers.size(), transport::FlowResult());
   if (!servers.empty()) {
     auto map = ps::ChunkMap::EvenSplit(*layout_, static_cast<uint32_t>(servers.size()), 1);
     map_ = std::make_unique<ps::ChunkMap>(*map);
@@ -128,6 +131,7 @@ void BspWorker::OnFlowDone(const Peer& from, const transport::FlowResult& result
   const int s = ServerIndex(from);
   if (s < 0) return;
   complete_[s] = std::max<int64_t>(complete_[s], iteration);
+  pulled_[s] = result;
   arrived_.SignalAll();
 }
 
@@ -147,9 +151,13 @@ absl::Status BspWorker::Run(int64_t report_every,
   int64_t loss_n = 0, last_report_it = 0;
   auto last_report = Clock::now();
   int64_t t = 0;
+  const RealClock* mono = RealClock::Get();  // the endpoint's clock: traces line up
+  JsonWriter line;
+  std::vector<transport::FlowResult> pulled;
   for (;;) {
     // Pull: parameters t from every server (or newer, if we fell behind).
     const auto wait_start = Clock::now();
+    const uint64_t wait_us = mono->MonotonicMicros();
     int64_t have;
     {
       absl::MutexLock lock(&mu_);
@@ -173,7 +181,9 @@ absl::Status BspWorker::Run(int64_t report_every,
       }
       have = *std::min_element(complete_.begin(), complete_.end());
       params_ = incoming_;
+      if (config_.trace != nullptr) pulled = pulled_;
     }
+    const uint64_t woke_us = mono->MonotonicMicros();
     p.pull_wait_s += secs(wait_start, Clock::now());
     if (have > t) {
       p.skipped += have - t;
@@ -183,6 +193,7 @@ absl::Status BspWorker::Run(int64_t report_every,
 
     // Compute.
     const auto compute_start = Clock::now();
+    const uint64_t compute_us = mono->MonotonicMicros();
     const std::vector<uint32_t> idx = sampler_->Batch(static_cast<uint64_t>(t));
     for (int i = 0; i < batch; ++i) {
       std::copy_n(train_.pixels.begin() + size_t(idx[i]) * px, px, x.begin() + size_t(i) * px);
@@ -197,6 +208,7 @@ absl::Status BspWorker::Run(int64_t report_every,
 
     // Push: each server gets the gradient of the chunks it owns.
     const auto push_start = Clock::now();
+    const uint64_t push_us = mono->MonotonicMicros();
     std::vector<std::shared_ptr<transport::SendHandle>> handles;
     {
       absl::MutexLock lock(&mu_);
@@ -222,6 +234,28 @@ absl::Status BspWorker::Run(int64_t report_every,
     // Cancelled flows finish on the endpoint thread's next turn.
     for (auto& h : handles) h->Wait(absl::InfiniteDuration());
     p.push_s += secs(push_start, Clock::now());
+    if (config_.trace != nullptr) {
+      line = JsonWriter();
+      line.BeginObject();
+      line.Key("ev").String("iteration");
+      line.Key("node").String(config_.trace_node);
+      line.Key("t").Int(t);
+      line.Key("wait").Uint(wait_us);
+      line.Key("woke").Uint(woke_us);
+      line.Key("pull").BeginArray();  // per server: first, last packet, close
+      for (const transport::FlowResult& r : pulled) {
+        line.BeginArray().Uint(r.first_us).Uint(r.last_us).Uint(r.closed_us).EndArray();
+      }
+      line.EndArray();
+      line.Key("compute").Uint(compute_us);
+      line.Key("push").Uint(push_us);
+      line.Key("pushes").BeginArray();
+      for (auto& h : handles) AppendJson(h->timing(), &line);
+      line.EndArray();
+      line.Key("pushed").Uint(mono->MonotonicMicros());
+      line.EndObject();
+      config_.trace->Write(line.str());
+    }
     ++t;
 
     p.iteration = t;

@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "lib/base/trace_log.h"
 #include "lib/data/idx.h"
 #include "lib/data/sampler.h"
 #include "lib/job/job_spec.h"
@@ -37,6 +38,10 @@ struct BspWorkerConfig {
   transport::EndpointConfig endpoint;
   absl::Duration pull_timeout = absl::Seconds(60);  // no parameters at all: give up
   bool evaluate = true;                             // test-set evaluation (rank 0 usually)
+  // One line per iteration (docs/tracing.md) when set; not owned, must
+  // outlive the worker.
+  TraceLog* trace = nullptr;
+  std::string trace_node;  // the node id the lines name
 };
 
 struct WorkerProgress {
@@ -113,6 +118,8 @@ class BspWorker : public transport::Receiver {
   std::vector<int64_t> receiving_ ABSL_GUARDED_BY(mu_);
   // Per server: total_packets of its parameter flows (its chunks).
   std::vector<uint64_t> pull_packets_ ABSL_GUARDED_BY(mu_);
+  // Per server: its latest parameter flow's FlowResult (traces).
+  std::vector<transport::FlowResult> pulled_ ABSL_GUARDED_BY(mu_);
   uint64_t bad_packets_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/clock.h"
+#include "lib/base/json_writer.h"
 #include "lib/base/status_macros.h"
 #include "lib/ps/aggregate.h"
 
@@ -181,13 +183,17 @@ void ShardServer::OnFlowDone(const Peer& from, const transport::FlowResult& resu
   if (slot == slots_.end()) return;
   slot->second.done = true;
   slot->second.partial = !result.complete();
+  slot->second.result = result;
   changed_.SignalAll();
 }
 
 void ShardServer::Run() {
   using Clock = std::chrono::steady_clock;
+  const RealClock* mono = RealClock::Get();  // the endpoint's clock: traces line up
+  std::vector<transport::FlowResult> pushes;
   for (uint32_t t = 0; t < config_.total_iterations && !stop_; ++t) {
     const auto round_start = Clock::now();
+    const uint64_t start_us = mono->MonotonicMicros();
     uint64_t epoch;
     {
       absl::MutexLock lock(&mu_);
@@ -210,6 +216,7 @@ void ShardServer::Run() {
       epoch = membership_epoch_;
     }
     Broadcast(t);
+    const uint64_t bcast_us = mono->MonotonicMicros();
     const absl::Time deadline = absl::Now() + config_.round_deadline;
     std::vector<const float*> inputs;
     std::vector<std::vector<Range>> missing;
@@ -243,9 +250,13 @@ void ShardServer::Run() {
         }
       }
       round_open_ = false;
+      pushes.clear();
       // Sum in worker rank order, so results never depend on hash order.
       for (const Peer& w : workers_) {
         auto it = slots_.find(w);
+        if (config_.trace != nullptr) {
+          pushes.push_back(it != slots_.end() ? it->second.result : transport::FlowResult());
+        }
         if (it == slots_.end() || !it->second.done) continue;
         Slot& slot = it->second;
         inputs.push_back(slot.grad.data());
@@ -269,8 +280,9 @@ void ShardServer::Run() {
       }
     }
     if (stop_) break;
+    const uint64_t closed_us = mono->MonotonicMicros();
     const auto agg_start = Clock::now();
-    uint64_t partial_elements = 0;
+    uint64_t partial_elements = 0, summed_us = 0;
     if (!inputs.empty()) {
       if (partial_pushes > 0) {
         partial_elements =
@@ -278,9 +290,34 @@ void ShardServer::Run() {
       } else {
         SumScaled(inputs.data(), inputs.size(), floats_, 1.0f / inputs.size(), aggregate_.data());
       }
+      if (config_.trace != nullptr) summed_us = mono->MonotonicMicros();
       optimizer_->Apply(absl::MakeSpan(params_), aggregate_);
     }
     const auto agg_end = Clock::now();
+    if (config_.trace != nullptr) {
+      JsonWriter line;
+      line.BeginObject();
+      line.Key("ev").String("round");
+      line.Key("node").String(config_.trace_node);
+      line.Key("t").Uint(t);
+      line.Key("start").Uint(start_us);
+      line.Key("bcast").Uint(bcast_us);
+      line.Key("pushes").BeginArray();  // per worker rank: first, last packet, close
+      for (const transport::FlowResult& r : pushes) {
+        line.BeginArray().Uint(r.first_us).Uint(r.last_us).Uint(r.closed_us).EndArray();
+      }
+      line.EndArray();
+      line.Key("closed").Uint(closed_us);
+      line.Key("summed").Uint(summed_us);
+      line.Key("applied").Uint(mono->MonotonicMicros());
+      // This round's broadcasts: done, since every push of the round came
+      // after its worker had them (unless it closed without that worker).
+      line.Key("bcasts").BeginArray();
+      for (auto& h : in_flight_[t % 2]) AppendJson(h->timing(), &line);
+      line.EndArray();
+      line.EndObject();
+      config_.trace->Write(line.str());
+    }
     absl::MutexLock lock(&mu_);
     stats_.iteration = t + 1;
     stats_.last_contributors = static_cast<uint32_t>(inputs.size());

@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "lib/base/trace_log.h"
 #include "lib/ps/aggregate.h"
 #include "lib/ps/chunk_map.h"
 #include "lib/train/optimizer.h"
@@ -48,6 +49,10 @@ struct ShardServerConfig {
   // The transport it creates when none is shared: UDP (reliable and ltp
   // jobs) or kernel TCP (tcp jobs).
   transport::TransportKind transport = transport::TransportKind::kUdp;
+  // One line per round (docs/tracing.md) when set; not owned, must outlive
+  // the server.
+  TraceLog* trace = nullptr;
+  std::string trace_node;  // the node id the lines name
 };
 
 struct ShardServerStats {
@@ -138,8 +143,9 @@ class ShardServer : public transport::Receiver {
   struct Slot {
     std::vector<float> grad;
     bool done = false;
-    bool partial = false;         // closed early: `have` says what arrived
-    std::vector<ps::Range> have;  // ranges an LTP push delivered this round
+    bool partial = false;          // closed early: `have` says what arrived
+    std::vector<ps::Range> have;   // ranges an LTP push delivered this round
+    transport::FlowResult result;  // its push's (traces)
   };
   absl::flat_hash_map<transport::Peer, Slot> slots_ ABSL_GUARDED_BY(mu_);
   ShardServerStats stats_ ABSL_GUARDED_BY(mu_);

@@ -123,6 +123,11 @@ void CongestionControl::ExitStartup(uint64_t now_us) {
 }
 
 void CongestionControl::SetRateCap(uint64_t bps) {
+  if (unpaced()) {
+    rate_cap_bps_ = 0;  // not a lifted cap: no restart
+    round_cap_min_ = UINT64_MAX;
+    return;
+  }
   // Lifted: this flow is now alone at the receiver and at the sender.
   const bool lifted = bps == 0 && rate_cap_bps_ > 0;
   rate_cap_bps_ = bps;
@@ -238,6 +243,7 @@ void CongestionControl::EndRound(uint64_t now_us) {
 }
 
 uint64_t CongestionControl::pacing_rate_bps() const {
+  if (unpaced()) return config_.rate_bps_max;
   uint64_t rate = config_.initial_rate_bps;
   if (btlbw_bps_ > 0) {
     const double gain = startup_ ? kStartupGain : kCycleGains[cycle_index_];

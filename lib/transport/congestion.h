@@ -91,6 +91,17 @@
 // round congested prove spurious (within the two rounds after it), the
 // cut is undone: inflight_hi goes back to what it was.
 //
+// Unpaced paths (ours). Where RTprop is below unpaced_rtprop_us (loopback,
+// one LAN or site) the window alone clocks the flow, as a kernel TCP does:
+// no pacing and no fair-share cap. Pacing spreads a window over an RTT so
+// that a deep, slow bottleneck queue is not hit by bursts; at tens of
+// microseconds a window is sent in about one RTT anyway, and the pacing
+// slots and wake-ups cost more than the bursts. The fair-share cap is
+// worse there: its capacity C is measured from what the flows achieved,
+// so a cap once set held a psd's broadcast under it (a few hundred
+// Mbit/s on loopback, docs/tracing.md). Congestion loss (inflight_hi) and
+// the window floors stay in force.
+//
 // Pure state machine: the caller passes times (microseconds, any epoch) and
 // byte counts. Not thread-safe; owned by the endpoint thread.
 #ifndef HETPS_LIB_TRANSPORT_CONGESTION_H_
@@ -133,6 +144,8 @@ struct CongestionConfig {
   // Room (see above): back to startup when the fair-share cap leaves room
   // or after an idle gap; false turns it off.
   bool room_restart = true;
+  // Unpaced paths (see above); 0: every path is paced.
+  uint32_t unpaced_rtprop_us = 500;
 };
 
 // Per-packet bookkeeping the controller needs back on ACK.
@@ -166,6 +179,8 @@ class CongestionControl {
   // under other conditions; back to startup from it (Room, above).
   void OnIdleRestart();
   uint64_t rate_cap_bps() const { return rate_cap_bps_; }
+  // The path is unpaced and uncapped (see above).
+  bool unpaced() const { return rtprop_us_ > 0 && rtprop_us_ < config_.unpaced_rtprop_us; }
 
   uint64_t pacing_rate_bps() const;
   uint64_t cwnd_bytes() const;

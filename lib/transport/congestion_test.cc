@@ -536,6 +536,48 @@ TEST_CASE("a loss-based TCP flow keeps a share against LTP's controller", "[cong
   CHECK(with.utilization() > 0.9);
 }
 
+// Unpaced paths (congestion.h): below unpaced_rtprop_us the window alone
+// clocks the flow; a fair-share cap is ignored, and ignoring it is not a
+// lifted cap (no return to startup).
+TEST_CASE("a path of microseconds is neither paced nor capped", "[congestion]") {
+  CongestionConfig c;
+  CongestionControl cc(c);
+  CHECK_FALSE(cc.unpaced());  // no RTT sample yet: paced at the initial rate
+  CHECK(cc.pacing_rate_bps() < c.rate_bps_max);
+  uint64_t now = 1000;
+  for (int i = 0; i < 64; ++i) {
+    const SendSample s = cc.OnSend(now, false);
+    now += 30;  // 30 us RTT
+    cc.OnAck(now, c.packet_bytes, s);
+  }
+  REQUIRE(cc.rtprop_us() > 0);
+  REQUIRE(cc.rtprop_us() < c.unpaced_rtprop_us);
+  CHECK(cc.unpaced());
+  CHECK(cc.pacing_rate_bps() == c.rate_bps_max);
+  const uint64_t restarts = cc.startup_restarts();
+  cc.SetRateCap(50'000'000);
+  CHECK(cc.rate_cap_bps() == 0);
+  CHECK(cc.pacing_rate_bps() == c.rate_bps_max);
+  cc.SetRateCap(0);
+  CHECK(cc.startup_restarts() == restarts);
+  CHECK(cc.cwnd_bytes() >= uint64_t(c.cwnd_packets_min) * c.packet_bytes);
+
+  // unpaced_rtprop_us 0: every path is paced and capped.
+  CongestionConfig paced = c;
+  paced.unpaced_rtprop_us = 0;
+  CongestionControl pc(paced);
+  now = 1000;
+  for (int i = 0; i < 64; ++i) {
+    const SendSample s = pc.OnSend(now, false);
+    now += 30;
+    pc.OnAck(now, c.packet_bytes, s);
+  }
+  CHECK_FALSE(pc.unpaced());
+  pc.SetRateCap(50'000'000);
+  CHECK(pc.rate_cap_bps() == 50'000'000);
+  CHECK(pc.pacing_rate_bps() < c.rate_bps_max);
+}
+
 }  // namespace
 }  // namespace transport
 }  // namespace hetps

@@ -59,6 +59,24 @@ absl::Status ValidateFlow(const std::vector<PacketSpan>& packets, uint32_t paylo
   return absl::OkStatus();
 }
 
+void AppendJson(const FlowTiming& t, JsonWriter* w) {
+  w->BeginObject();
+  w->Key("submitted").Uint(t.submitted_us);
+  w->Key("taken").Uint(t.taken_us);
+  w->Key("first_sent").Uint(t.first_sent_us);
+  w->Key("last_sent").Uint(t.last_sent_us);
+  w->Key("done").Uint(t.done_us);
+  w->Key("pacing_holds").Uint(t.pacing_holds);
+  w->Key("window_holds").Uint(t.window_holds);
+  w->Key("pacing_bps").Uint(t.pacing_rate_bps);
+  w->Key("cwnd").Uint(t.cwnd_bytes);
+  w->Key("cap_bps").Uint(t.rate_cap_bps);
+  w->Key("btlbw_bps").Uint(t.btlbw_bps);
+  w->Key("rtprop_us").Uint(t.rtprop_us);
+  w->Key("startup").Bool(t.in_startup);
+  w->EndObject();
+}
+
 // ---- SendHandle ----------------------------------------------------------
 
 bool SendHandle::Wait(absl::Duration timeout) {
@@ -94,6 +112,11 @@ CloseReason SendHandle::close_reason() const {
 uint32_t SendHandle::receiver_packets() const {
   absl::MutexLock lock(&mu_);
   return receiver_packets_;
+}
+
+FlowTiming SendHandle::timing() const {
+  absl::MutexLock lock(&mu_);
+  return timing_;
 }
 
 void SendHandle::Finish(absl::Status s) {
@@ -132,6 +155,7 @@ struct SendFlow {
   bool lossy = false;
   uint32_t critical_count = 0;
   std::deque<uint32_t> rq;
+  FlowTiming timing;  // the peer's hold counters when taken, until it finishes
 };
 
 struct InflightEntry {
@@ -156,6 +180,8 @@ struct PeerState {
   uint64_t idle_since_us = 0;                  // flows became empty; 0: never active
   double srtt_us = 0;
   double rttvar_us = 0;
+  uint32_t pacing_holds = 0;  // FlowTiming's counters, since the peer was new
+  uint32_t window_holds = 0;
 };
 
 struct RecvKey {
@@ -420,6 +446,7 @@ std::shared_ptr<SendHandle> Endpoint::Send(const Peer& to, uint32_t iteration,
     f->lossy = true;
     f->critical_count = static_cast<uint32_t>(mid - packets.begin());
   }
+  f->timing.submitted_us = impl_->clock->MonotonicMicros();
   f->flow_id = handle->flow_id_;
   f->peer = to;
   f->iteration = iteration;
@@ -534,6 +561,9 @@ void Endpoint::Impl::TakeSubmissions(uint64_t now) {
       }
       ps.active_since_us = now;
     }
+    f->timing.taken_us = now;
+    f->timing.pacing_holds = ps.pacing_holds;
+    f->timing.window_holds = ps.window_holds;
     ps.flows.push_back(f->flow_id);
     ++stats.flows_sent;
     flows[f->flow_id] = std::move(f);
@@ -545,9 +575,19 @@ void Endpoint::Impl::FinishFlow(uint32_t flow_id, absl::Status s) {
   auto it = flows.find(flow_id);
   if (it == flows.end()) return;
   SendFlow& f = *it->second;
+  FlowTiming& t = f.timing;
+  t.done_us = Now();
   auto pit = peers.find(f.peer);
   if (pit != peers.end()) {
     PeerState& ps = *pit->second;
+    t.pacing_holds = ps.pacing_holds - t.pacing_holds;
+    t.window_holds = ps.window_holds - t.window_holds;
+    t.pacing_rate_bps = ps.cc.pacing_rate_bps();
+    t.cwnd_bytes = ps.cc.cwnd_bytes();
+    t.rate_cap_bps = ps.cc.rate_cap_bps();
+    t.btlbw_bps = ps.cc.btlbw_bps();
+    t.rtprop_us = ps.cc.rtprop_us();
+    t.in_startup = ps.cc.in_startup();
     for (uint32_t i = 0; i < f.state.size(); ++i) {
       if (f.state[i].in_flight) {
         ps.inflight_bytes -= kHeaderBytes + f.packets[i].floats * sizeof(float);
@@ -555,7 +595,11 @@ void Endpoint::Impl::FinishFlow(uint32_t flow_id, absl::Status s) {
       }
     }
     ps.flows.erase(std::remove(ps.flows.begin(), ps.flows.end(), flow_id), ps.flows.end());
-    if (ps.flows.empty()) ps.idle_since_us = Now();
+    if (ps.flows.empty()) ps.idle_since_us = t.done_us;
+  }
+  {
+    absl::MutexLock lock(&f.handle->mu_);
+    f.handle->timing_ = t;
   }
   f.handle->Finish(std::move(s));
   flows.erase(it);
@@ -860,6 +904,9 @@ void Endpoint::Impl::CloseFlow(const RecvKey& key, CloseReason reason) {
   r.total_packets = f.total;
   r.received = f.received;
   r.reason = reason;
+  r.first_us = f.start_us;
+  r.last_us = f.last_us;
+  r.closed_us = Now();
   const StopInfo how{reason, f.received};
   Header about;
   about.flow_id = key.flow_id;
@@ -1126,9 +1173,12 @@ void Endpoint::Impl::SendData(uint64_t now) {
         } else {
           --f.next_new;
         }
+        ++ps.window_holds;
         break;
       }
       PacketState& st = f.state[seq];
+      if (f.timing.first_sent_us == 0) f.timing.first_sent_us = now;
+      f.timing.last_sent_us = now;
       st.tx_seq = ++ps.tx_counter;
       st.sample = ps.cc.OnSend(now, retransmission || st.tx_count > 0);
       ++st.tx_count;
@@ -1174,6 +1224,7 @@ void Endpoint::Impl::SendData(uint64_t now) {
       // and paced 1400-byte packets 4.3x faster than the rate).
       ps.next_send_us += uint64_t(bytes) * 8'000'000 / rate;
     }
+    if (ps.next_send_us > now && idle_flows < ps.flows.size()) ++ps.pacing_holds;
   }
 }
 

@@ -51,6 +51,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "lib/base/clock.h"
+#include "lib/base/json_writer.h"
 #include "lib/base/net_address.h"
 #include "lib/transport/congestion.h"
 #include "lib/transport/datagram_socket.h"
@@ -162,6 +163,31 @@ struct SendOptions {
   bool loss_tolerant = false;
 };
 
+// Where a sent flow's time went, on the endpoint's clock
+// (CLOCK_MONOTONIC microseconds in production, so traces of the processes
+// of one host line up): round traces (docs/tracing.md). 0: not reached.
+struct FlowTiming {
+  uint64_t submitted_us = 0;   // Send() called
+  uint64_t taken_us = 0;       // the endpoint thread took it
+  uint64_t first_sent_us = 0;  // its first datagram went to the socket
+  uint64_t last_sent_us = 0;   // its last one (new or resent)
+  uint64_t done_us = 0;        // finished: last ACK, STOP or cancel
+  // Turns of the send loop that left the flow's peer with packets to send,
+  // held by the pacing rate or by the congestion window.
+  uint32_t pacing_holds = 0;
+  uint32_t window_holds = 0;
+  // The peer's controller when the flow finished.
+  uint64_t pacing_rate_bps = 0;
+  uint64_t cwnd_bytes = 0;
+  uint64_t rate_cap_bps = 0;
+  uint64_t btlbw_bps = 0;
+  uint32_t rtprop_us = 0;
+  bool in_startup = false;
+};
+
+// As one JSON object (times in microseconds, rates in bit/s).
+void AppendJson(const FlowTiming& t, JsonWriter* w);
+
 class SendHandle {
  public:
   explicit SendHandle(const Clock* clock = RealClock::Get()) : clock_(clock) {}
@@ -176,6 +202,7 @@ class SendHandle {
   // its STOP) and how many packets it had then (0 when it did not say).
   CloseReason close_reason() const;
   uint32_t receiver_packets() const;
+  FlowTiming timing() const;
 
  private:
   friend class Endpoint;
@@ -191,6 +218,7 @@ class SendHandle {
   absl::Time finished_ ABSL_GUARDED_BY(mu_);
   CloseReason close_reason_ ABSL_GUARDED_BY(mu_) = CloseReason::kComplete;
   uint32_t receiver_packets_ ABSL_GUARDED_BY(mu_) = 0;
+  FlowTiming timing_ ABSL_GUARDED_BY(mu_);
 };
 
 // How a received flow ended.
@@ -200,6 +228,11 @@ struct FlowResult {
   uint32_t total_packets = 0;
   uint32_t received = 0;  // distinct packets delivered by OnData
   CloseReason reason = CloseReason::kComplete;
+  // The endpoint's clock (FlowTiming): first and last packet's arrival,
+  // and the close (0 where the transport does not say).
+  uint64_t first_us = 0;
+  uint64_t last_us = 0;
+  uint64_t closed_us = 0;
   bool complete() const { return received == total_packets; }
 };
 

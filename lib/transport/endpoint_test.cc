@@ -277,10 +277,13 @@ TEST_CASE("two senders into one receiver (incast)", "[endpoint]") {
 // (btlbw_kbps) and caps each sender's pacing (congestion.h SetRateCap).
 // Two senders at 30 Mbit/s each: once a 500 ms ingress bin is measured,
 // each hears a share near 30 Mbit/s. (A sender with one peer has no
-// egress share of its own, so its cap is the receiver's word.)
+// egress share of its own, so its cap is the receiver's word.) The links
+// have a WAN's delay: paths of microseconds are not capped (next test).
 TEST_CASE("the receiver's fair share reaches its senders' caps", "[endpoint]") {
   const size_t n = 1 << 20;  // 4 MB each: ~1.1 s at 30 Mbit/s
-  SimRun run(4);
+  LinkImpairment wan;
+  wan.delay_us = 5000;
+  SimRun run(4, wan);
   Assembler rx(2 * n);
   Endpoint* server = run.Add(Config(), &rx);
   EndpointConfig cc = Config();
@@ -313,6 +316,49 @@ TEST_CASE("the receiver's fair share reaches its senders' caps", "[endpoint]") {
   const double floor_s = 0.9 * double(bytes) * 8 / 30e6;
   CHECK(absl::ToDoubleSeconds(ha->elapsed()) >= floor_s);
   CHECK(absl::ToDoubleSeconds(hb->elapsed()) >= floor_s);
+}
+
+// On a path of microseconds (loopback, a LAN) the window alone clocks a
+// flow (congestion.h, unpaced paths): no fair-share cap, no pacing holds,
+// even with two senders into one receiver.
+TEST_CASE("paths of microseconds are neither paced nor capped", "[endpoint]") {
+  const size_t n = 1 << 18;  // 1 MB each
+  SimRun run(14);            // 20 us one way
+  Assembler rx(2 * n);
+  Endpoint* server = run.Add(Config(), &rx);
+  Endpoint* a = run.Add(Config(), nullptr);
+  Endpoint* b = run.Add(Config(), nullptr);
+  auto da = Pattern(n, 5), db = Pattern(n, 6);
+  const uint32_t pf = Config().payload_floats();
+  uint64_t cap_max = 0;
+  bool unpaced = false;
+  for (int round = 0; round < 3; ++round) {  // later rounds know the RTprop
+    auto ha = a->Send(server->local(), round, Packets(da, 0, pf));
+    auto hb = b->Send(server->local(), round, Packets(db, n / kChunkFloats, pf));
+    REQUIRE(run.RunUntil(
+        [&] {
+          for (Endpoint* e : {a, b}) {
+            for (const PeerEstimate& p : e->GetStats().peers) {
+              cap_max = std::max(cap_max, p.rate_cap_bps);
+              unpaced = unpaced || p.pacing_rate_bps == Config().congestion.rate_bps_max;
+            }
+          }
+          return ha->done() && hb->done() && rx.done() == 2 * (round + 1);
+        },
+        absl::Seconds(30)));
+    CHECK(std::equal(da.begin(), da.end(), rx.buf().begin()));
+    if (round > 0) {
+      const FlowTiming t = ha->timing();
+      CHECK(t.pacing_holds == 0);
+      CHECK(t.rate_cap_bps == 0);
+      CHECK(t.rtprop_us > 0);
+      CHECK(t.rtprop_us < Config().congestion.unpaced_rtprop_us);
+      CHECK(t.first_sent_us >= t.taken_us);
+      CHECK(t.done_us >= t.last_sent_us);
+    }
+  }
+  CHECK(cap_max == 0);
+  CHECK(unpaced);
 }
 
 TEST_CASE("truncated, oversized, forged, replayed, stale and unexpected datagrams are counted",

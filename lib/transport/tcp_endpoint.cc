@@ -271,6 +271,10 @@ std::shared_ptr<SendHandle> TcpEndpoint::Send(const Peer& to, uint32_t iteration
     handle->Finish(absl::Status(s.code(), absl::StrCat("TCP transport: ", s.message())));
     return handle;
   }
+  {
+    absl::MutexLock lock(&handle->mu_);
+    handle->timing_.submitted_us = NowMicros();
+  }
   auto f = std::make_unique<OutFlow>();
   f->flow_id = handle->flow_id_;
   f->iteration = iteration;
@@ -744,6 +748,7 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
   r.iteration = f.iteration;
   r.total_packets = f.total;
   r.received = f.received;
+  r.closed_us = NowMicros();
   EraseInFlow(c, it);
   ++stats.flows_received;
   // STOP (complete) back to the sender: its handle finishes on delivery.
@@ -771,10 +776,13 @@ void TcpEndpoint::Impl::FinishFlow(uint32_t flow_id, absl::Status s, const StopI
   auto it = flows.find(flow_id);
   if (it == flows.end()) return;
   std::shared_ptr<SendHandle> handle = it->second->handle;
-  if (stop != nullptr) {
+  {
     absl::MutexLock lock(&handle->mu_);
-    handle->close_reason_ = stop->reason;
-    handle->receiver_packets_ = stop->received;
+    handle->timing_.done_us = NowMicros();
+    if (stop != nullptr) {
+      handle->close_reason_ = stop->reason;
+      handle->receiver_packets_ = stop->received;
+    }
   }
   if (s.ok()) ++stats.flows_sent;
   flows.erase(it);
