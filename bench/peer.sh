@@ -8,18 +8,24 @@
 # 2 psd, 2 workerd on loopback), the three jobs one after another. Each
 # side's time is its training loop (DDP: first iteration to the last
 # all-reduce; hetps: the slowest worker's compute + push + pull wait).
-# Prints samples/s of each, the ratio (hetps / DDP: above 1, hetps is
-# faster) and each one's final test accuracy (10000 test images).
+# Each model runs once per seed on each side (different initial weights
+# and data order; one seed's final accuracy varies by about 1 pp between
+# seeds, so accuracy is compared as the mean over seeds). Prints, per
+# model, the mean samples/s of each, the ratio (hetps / DDP: above 1,
+# hetps is faster) and each one's mean final test accuracy (10000 test
+# images) with its range over the seeds.
 #
-# usage: bench/peer.sh [--models "mlp lenet5 mlp-wide"]
+# usage: bench/peer.sh [--models "mlp lenet5 mlp-wide"] [--seeds "1 2 3"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 models="mlp lenet5 mlp-wide"
+seeds="1 2 3"
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --seeds) seeds=$2; shift 2 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "peer: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -39,10 +45,14 @@ trap 'rm -rf "$out"' EXIT
 jobs=()
 for m in $models; do
   [ -r "bench/jobs/$m.yaml" ] || { echo "peer: no job spec bench/jobs/$m.yaml" >&2; exit 2; }
-  jobs+=(--job "bench/jobs/$m.yaml")
+  for sd in $seeds; do
+    sed -E "s/^seed:.*/seed: $sd/; s/^name: .*/name: peer-$m-s$sd/" "bench/jobs/$m.yaml" \
+      >"$out/$m-s$sd.yaml"
+    jobs+=(--job "$out/$m-s$sd.yaml")
+  done
 done
 
-echo "peer: hetps cluster, ${models// /, } ..."
+echo "peer: hetps cluster, ${models// /, }, seeds ${seeds// /, } ..."
 bash tools/run-cluster.sh "${jobs[@]}" --refresh 1 --out "$out/cluster" >"$out/hetps.log" 2>&1 || {
   echo "peer: the hetps cluster failed; its output:" >&2
   tail -30 "$out/hetps.log" >&2
@@ -54,40 +64,53 @@ grep '^run-cluster: job ' "$out/hetps.log" >"$out/hetps.txt"
 for m in $models; do
   spec="bench/jobs/$m.yaml"
   span=$(sed -nE 's/^(epochs|iterations):[[:space:]]*([0-9]+).*/--\1 \2/p' "$spec")
-  echo "peer: PyTorch DDP, $m ($span) ..."
-  # shellcheck disable=SC2086
-  "$py" bench/ddp_fashion.py --model "$m" $span --workers 2 --batch 64 \
-    --port $((29500 + RANDOM % 1000)) >>"$out/ddp.txt"
+  for sd in $seeds; do
+    echo "peer: PyTorch DDP, $m ($span, seed $sd) ..."
+    # shellcheck disable=SC2086
+    "$py" bench/ddp_fashion.py --model "$m" $span --workers 2 --batch 64 --seed "$sd" \
+      --port $((29500 + RANDOM % 1000)) >>"$out/ddp.txt"
+  done
 done
 
 python3 - "$out/hetps.txt" "$out/ddp.txt" $models <<'PY'
-import json, re, sys
+import json, re, statistics, sys
 hetps_path, ddp_path, models = sys.argv[1], sys.argv[2], sys.argv[3:]
-hetps = {}
+hetps, ddp = {}, {}
 for line in open(hetps_path):
-    m = re.search(r"job \d+/\d+ peer-(\S+) (\S+) elapsed_s (\S+) train_s (\S+) "
+    m = re.search(r"job \d+/\d+ peer-(\S+)-s(\d+) (\S+) elapsed_s (\S+) train_s (\S+) "
                   r"samples_per_s (\S+) accuracy (\S+)", line)
     if m:
-        hetps[m.group(1)] = dict(state=m.group(2), train=float(m.group(4)),
-                                 sps=float(m.group(5)), acc=float(m.group(6)))
-ddp = {}
+        hetps.setdefault(m.group(1), []).append(dict(
+            state=m.group(3), train=float(m.group(5)), sps=float(m.group(6)),
+            acc=float(m.group(7))))
 for line in open(ddp_path):
     try:
         r = json.loads(line)
     except ValueError:
         continue
-    ddp[r["model"]] = r
-print(f"{'model':<10} {'hetps samples/s':>16} {'DDP samples/s':>14} {'ratio':>6} "
-      f"{'hetps acc':>10} {'DDP acc':>8} {'diff pp':>8} {'hetps s':>8} {'DDP s':>7}")
+    ddp.setdefault(r["model"], []).append(r)
+
+def rng(xs):
+    return f"{100 * min(xs):.2f}-{100 * max(xs):.2f}"
+
+print(f"{'model':<9} {'runs':>4} {'hetps samples/s':>15} {'DDP samples/s':>13} {'ratio':>6} "
+      f"{'hetps acc (range)':>22} {'DDP acc (range)':>22} {'diff pp':>8}")
+ok = True
 for m in models:
-    h, d = hetps.get(m), ddp.get(m)
-    if not h or not d or h["state"] != "succeeded":
-        print(f"{m:<10} missing: hetps {h} ddp {d}")
+    h, d = hetps.get(m, []), ddp.get(m, [])
+    if not h or not d or any(x["state"] != "succeeded" for x in h):
+        print(f"{m:<9} missing or failed: hetps {h} ddp {d}")
+        ok = False
         continue
-    print(f"{m:<10} {h['sps']:16.0f} {d['samples_per_s']:14.0f} {h['sps'] / d['samples_per_s']:6.2f} "
-          f"{100 * h['acc']:9.2f}% {100 * d['test_accuracy']:7.2f}% "
-          f"{100 * (h['acc'] - d['test_accuracy']):+8.2f} {h['train']:8.2f} {d['seconds']:7.2f}")
-torch = next(iter(ddp.values()), {}).get("torch", "?")
+    hs = statistics.mean(x["sps"] for x in h)
+    ds = statistics.mean(x["samples_per_s"] for x in d)
+    ha = [x["acc"] for x in h]
+    da = [x["test_accuracy"] for x in d]
+    print(f"{m:<9} {len(h):>4} {hs:15.0f} {ds:13.0f} {hs / ds:6.2f} "
+          f"{100 * statistics.mean(ha):8.2f}% ({rng(ha)}) {100 * statistics.mean(da):8.2f}% "
+          f"({rng(da)}) {100 * (statistics.mean(ha) - statistics.mean(da)):+8.2f}")
+torch = next(iter(ddp.values()), [{}])[0].get("torch", "?")
 print(f"# PyTorch {torch} DDP (gloo, 2 processes, 1 thread each) vs hetps (2 psd, 2 workerd), "
-      f"loopback, this machine")
+      f"loopback, this machine; means over seeds")
+sys.exit(0 if ok else 1)
 PY

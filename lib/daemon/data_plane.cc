@@ -16,8 +16,10 @@ void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* c) {
   schema->Address("data_listen", &c->data_listen,
                   "UDP data-plane address (host:port, port 0 = any); IPv4.");
   schema->Int("data_packet_bytes", &c->data_packet_bytes,
-              "Data-plane datagram size, header included (every node of a job must agree).",
-              transport::kHeaderBytes + 4, 9000);
+              "Data-plane datagram size, header included (every node of a job must agree). "
+              "Above the path MTU the IP layer fragments each datagram, and losing one "
+              "fragment loses the datagram: only for loopback or a lossless LAN.",
+              transport::kHeaderBytes + 4, transport::kDatagramBytesMax);
   schema->Int("data_socket_buffer_bytes", &c->data_socket_buffer_bytes,
               "UDP socket send and receive buffer size.", 64 << 10, 1 << 30);
   schema->Bool("data_gso", &c->data_gso,

@@ -180,7 +180,20 @@ absl::Status BspWorker::Run(int64_t report_every,
                          absl::FormatDuration(config_.pull_timeout)));
       }
       have = *std::min_element(complete_.begin(), complete_.end());
-      params_ = incoming_;
+      // The pulled buffer becomes the model's (no copy of the model per
+      // iteration); the next pull lands in the other one. No flow is in
+      // progress now (ready), and the next ones write every chunk of their
+      // server before it counts as complete, except a server already past
+      // `have` (this worker fell behind): its newer chunks are in the
+      // buffer just taken, so they are carried over.
+      std::swap(params_, incoming_);
+      for (size_t s = 0; s < complete_.size(); ++s) {
+        if (complete_[s] <= have) continue;
+        for (uint32_t c : map_->ChunksOf(uint32_t(s))) {
+          const ps::Chunk ch = layout_->chunk(c);
+          std::copy_n(params_.begin() + ch.offset, ch.floats, incoming_.begin() + ch.offset);
+        }
+      }
       if (config_.trace != nullptr) pulled = pulled_;
     }
     const uint64_t woke_us = mono->MonotonicMicros();
@@ -199,35 +212,46 @@ absl::Status BspWorker::Run(int64_t report_every,
       std::copy_n(train_.pixels.begin() + size_t(idx[i]) * px, px, x.begin() + size_t(i) * px);
       y[i] = train_.labels[idx[i]];
     }
-    RETURN_IF_ERROR(model_->SetParameters(params_));
-    ASSIGN_OR_RETURN(float loss,
-                     model_->ComputeGradients(x.data(), y.data(), batch, absl::MakeSpan(grad_)));
-    loss_sum += loss;
-    ++loss_n;
-    p.compute_s += secs(compute_start, Clock::now());
-
-    // Push: each server gets the gradient of the chunks it owns.
-    const auto push_start = Clock::now();
-    const uint64_t push_us = mono->MonotonicMicros();
+    // Push: each server gets the gradient of the chunks it owns, as soon
+    // as backward has finished them (the servers owning the last layers
+    // first, while backward goes on: chunks are contiguous per server).
+    // By server index (null: nothing to push there); traces list them so.
     std::vector<std::shared_ptr<transport::SendHandle>> handles;
-    {
+    std::vector<bool> pushed;
+    auto push_ready = [&](size_t final_from) {
       absl::MutexLock lock(&mu_);
+      pushed.resize(servers_.size(), false);
+      handles.resize(servers_.size());
       const uint32_t pf = config_.endpoint.payload_floats();
       for (uint32_t s = 0; s < servers_.size(); ++s) {
+        const std::vector<uint32_t>& chunks = map_->ChunksOf(s);
+        if (pushed[s] || chunks.empty()) continue;
+        const ps::Chunk first = layout_->chunk(*std::min_element(chunks.begin(), chunks.end()));
+        if (first.offset < final_from) continue;
+        pushed[s] = true;
         std::vector<transport::PacketSpan> packets;
-        for (uint32_t c : map_->ChunksOf(s)) {
+        for (uint32_t c : chunks) {
           const ps::Chunk ch = layout_->chunk(c);
           transport::AppendPackets(c, grad_.data() + ch.offset, ch.floats, pf, true, &packets);
         }
-        if (!packets.empty()) {
-          transport::SendOptions options;
-          options.loss_tolerant = config_.job.loss_tolerant();
-          handles.push_back(
-              endpoint_->Send(servers_[s], static_cast<uint32_t>(t), std::move(packets), options));
-        }
+        transport::SendOptions options;
+        options.loss_tolerant = config_.job.loss_tolerant();
+        handles[s] =
+            endpoint_->Send(servers_[s], static_cast<uint32_t>(t), std::move(packets), options);
       }
-    }
+    };
+    // params_ stays put until the next pull: the model reads it in place.
+    RETURN_IF_ERROR(model_->UseParameters(params_));
+    ASSIGN_OR_RETURN(float loss, model_->ComputeGradients(x.data(), y.data(), batch,
+                                                          absl::MakeSpan(grad_), push_ready));
+    loss_sum += loss;
+    ++loss_n;
+    p.compute_s += secs(compute_start, Clock::now());
+    const auto push_start = Clock::now();
+    const uint64_t push_us = mono->MonotonicMicros();
+    push_ready(0);  // the rest
     // The gradient buffer must stay put until every push is done (or given up).
+    handles.erase(std::remove(handles.begin(), handles.end(), nullptr), handles.end());
     for (auto& h : handles) {
       if (!h->Wait(config_.job.round_deadline_ms * absl::Milliseconds(1))) endpoint_->Cancel(h);
     }

@@ -43,6 +43,9 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual std::string name() const = 0;
+  // True when "device" buffers are host memory the model may read and
+  // write through host pointers (the CPU backend): no copies needed.
+  virtual bool host_memory() const { return false; }
 
   // Device memory. Buffers are owned by the caller and released with Free.
   virtual absl::StatusOr<float*> Alloc(size_t floats) = 0;

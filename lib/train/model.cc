@@ -176,7 +176,10 @@ absl::Status Model::Build() {
     act_.push_back(out);
     dact_.push_back(dout);
     if (l->spec.type == Type::kConv) {
-      ASSIGN_OR_RETURN(l->col, alloc(b * l->col_rows() * l->col_cols()));
+      // One sample's columns, rebuilt in backward: a batch's worth (5 MB
+      // for lenet5's first layer) left the caches between forward and
+      // backward and cost more to keep than to recompute.
+      ASSIGN_OR_RETURN(l->col, alloc(l->col_rows() * l->col_cols()));
       ASSIGN_OR_RETURN(l->dcol, alloc(l->col_rows() * l->col_cols()));
     }
     if (l->spec.type == Type::kMaxPool) {
@@ -191,6 +194,7 @@ absl::Status Model::Build() {
   host_row_loss_.resize(b);
   host_logits_.resize(b * spec_.classes);
   backend_->Fill(params_, num_params_, 0.f);
+  weights_ = params_;
   return backend_->Sync();
 }
 
@@ -213,7 +217,18 @@ absl::Status Model::SetParameters(absl::Span<const float> params) {
                                                    " parameters, got ", params.size()));
   }
   backend_->CopyToDevice(params_, params.data(), num_params_);
+  weights_ = params_;
   return backend_->Sync();
+}
+
+absl::Status Model::UseParameters(absl::Span<const float> params) {
+  if (!backend_->host_memory()) return SetParameters(params);
+  if (params.size() != num_params_) {
+    return absl::InvalidArgumentError(absl::StrCat("model ", spec_.name, ": expected ", num_params_,
+                                                   " parameters, got ", params.size()));
+  }
+  weights_ = params.data();
+  return absl::OkStatus();
 }
 
 absl::Status Model::GetParameters(absl::Span<float> params) const {
@@ -221,7 +236,7 @@ absl::Status Model::GetParameters(absl::Span<float> params) const {
     return absl::InvalidArgumentError(absl::StrCat("model ", spec_.name, ": expected ", num_params_,
                                                    " parameters, got ", params.size()));
   }
-  return backend_->CopyToHost(params.data(), params_, num_params_);
+  return backend_->CopyToHost(params.data(), weights_, num_params_);
 }
 
 absl::Status Model::UploadBatch(const float* x, const uint8_t* labels, int n) {
@@ -250,20 +265,20 @@ void Model::Forward(int n) {
     switch (l.spec.type) {
       case Type::kDense:
         // Y[n x out] = X[n x in] W^T + b
-        be.Gemm(false, true, n, l.out_c, l.in_c, 1.f, x, l.in_c, params_ + l.w_off, l.in_c, 0.f, y,
+        be.Gemm(false, true, n, l.out_c, l.in_c, 1.f, x, l.in_c, weights_ + l.w_off, l.in_c, 0.f, y,
                 l.out_c);
-        be.AddBias(y, params_ + l.b_off, n, l.out_c, 1);
+        be.AddBias(y, weights_ + l.b_off, n, l.out_c, 1);
         break;
       case Type::kConv: {
         const Window2d w = l.window();
         const size_t rows = l.col_rows(), cols = l.col_cols();
         for (int s = 0; s < n; ++s) {
-          float* col = l.col + s * rows * cols;
+          float* col = l.col;
           be.Im2Col(x + s * l.in_size(), w, col);
-          be.Gemm(false, false, l.out_c, cols, rows, 1.f, params_ + l.w_off, rows, col, cols, 0.f,
+          be.Gemm(false, false, l.out_c, cols, rows, 1.f, weights_ + l.w_off, rows, col, cols, 0.f,
                   y + s * l.out_size(), cols);
         }
-        be.AddBias(y, params_ + l.b_off, n, l.out_c, cols);
+        be.AddBias(y, weights_ + l.b_off, n, l.out_c, cols);
         break;
       }
       case Type::kRelu:
@@ -277,7 +292,8 @@ void Model::Forward(int n) {
 }
 
 absl::StatusOr<float> Model::ComputeGradients(const float* x, const uint8_t* labels, int n,
-                                              absl::Span<float> grad) {
+                                              absl::Span<float> grad,
+                                              const std::function<void(size_t)>& final_from) {
   if (grad.size() != num_params_) {
     return absl::InvalidArgumentError(absl::StrCat("model ", spec_.name, ": gradient buffer of ",
                                                    grad.size(), " floats, need ", num_params_));
@@ -286,7 +302,15 @@ absl::StatusOr<float> Model::ComputeGradients(const float* x, const uint8_t* lab
   Backend& be = *backend_;
   Forward(n);
   be.SoftmaxCrossEntropy(act_.back(), labels_, n, spec_.classes, 1.0f / n, row_loss_, dact_.back());
-  be.Fill(grad_, num_params_, 0.f);
+  // On a host-memory backend the gradient goes straight to the caller's
+  // buffer. Only what is accumulated is zeroed first: biases and conv
+  // weights (summed over samples); dense weights are written whole.
+  float* const g = be.host_memory() ? grad.data() : grad_;
+  for (const auto& l : layers_) {
+    if (l->w_size == 0) continue;
+    if (l->spec.type == Type::kConv) be.Fill(g + l->w_off, l->w_size, 0.f);
+    be.Fill(g + l->b_off, l->out_c, 0.f);
+  }
   for (size_t i = layers_.size(); i-- > 0;) {
     const Layer& l = *layers_[i];
     const float* x_in = act_[i];
@@ -296,11 +320,11 @@ absl::StatusOr<float> Model::ComputeGradients(const float* x, const uint8_t* lab
     switch (l.spec.type) {
       case Type::kDense:
         // dW[out x in] = dY^T X; db = column sums of dY; dX = dY W
-        be.Gemm(true, false, l.out_c, l.in_c, n, 1.f, dy, l.out_c, x_in, l.in_c, 0.f,
-                grad_ + l.w_off, l.in_c);
-        be.BiasGrad(dy, grad_ + l.b_off, n, l.out_c, 1);
+        be.Gemm(true, false, l.out_c, l.in_c, n, 1.f, dy, l.out_c, x_in, l.in_c, 0.f, g + l.w_off,
+                l.in_c);
+        be.BiasGrad(dy, g + l.b_off, n, l.out_c, 1);
         if (dx != nullptr) {
-          be.Gemm(false, false, n, l.in_c, l.out_c, 1.f, dy, l.out_c, params_ + l.w_off, l.in_c,
+          be.Gemm(false, false, n, l.in_c, l.out_c, 1.f, dy, l.out_c, weights_ + l.w_off, l.in_c,
                   0.f, dx, l.in_c);
         }
         break;
@@ -309,17 +333,18 @@ absl::StatusOr<float> Model::ComputeGradients(const float* x, const uint8_t* lab
         const size_t rows = l.col_rows(), cols = l.col_cols();
         for (int s = 0; s < n; ++s) {
           const float* dys = dy + s * l.out_size();
-          be.Gemm(false, true, l.out_c, rows, cols, 1.f, dys, cols, l.col + s * rows * cols, cols,
-                  1.f, grad_ + l.w_off, rows);
+          be.Im2Col(x_in + s * l.in_size(), w, l.col);
+          be.Gemm(false, true, l.out_c, rows, cols, 1.f, dys, cols, l.col, cols, 1.f, g + l.w_off,
+                  rows);
           if (dx != nullptr) {
-            be.Gemm(true, false, rows, cols, l.out_c, 1.f, params_ + l.w_off, rows, dys, cols, 0.f,
+            be.Gemm(true, false, rows, cols, l.out_c, 1.f, weights_ + l.w_off, rows, dys, cols, 0.f,
                     l.dcol, cols);
             float* dxs = dx + s * l.in_size();
             be.Fill(dxs, l.in_size(), 0.f);
             be.Col2Im(l.dcol, w, dxs);
           }
         }
-        be.BiasGrad(dy, grad_ + l.b_off, n, l.out_c, cols);
+        be.BiasGrad(dy, g + l.b_off, n, l.out_c, cols);
         break;
       }
       case Type::kRelu:
@@ -329,8 +354,10 @@ absl::StatusOr<float> Model::ComputeGradients(const float* x, const uint8_t* lab
         if (dx != nullptr) be.MaxPoolBackward(dy, l.argmax, l.window(), n, dx);
         break;
     }
+    // This layer's parameters, and every later layer's, are final now.
+    if (final_from && l.w_size > 0 && g == grad.data() && i > 0) final_from(l.w_off);
   }
-  RETURN_IF_ERROR(be.CopyToHost(grad.data(), grad_, num_params_));
+  if (g == grad_) RETURN_IF_ERROR(be.CopyToHost(grad.data(), grad_, num_params_));
   RETURN_IF_ERROR(be.CopyToHost(host_row_loss_.data(), row_loss_, n));
   double loss = 0;
   for (int i = 0; i < n; ++i) loss += host_row_loss_[i];

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -88,13 +89,24 @@ class Model {
   std::vector<float> InitialParameters(uint64_t seed) const;
 
   absl::Status SetParameters(absl::Span<const float> params);
+  // As SetParameters, but where the backend computes in host memory (CPU)
+  // the model reads `params` in place, without a copy: they must stay
+  // valid and unchanged until the next SetParameters or UseParameters
+  // (a trainer's pulled parameters, one copy less per iteration). Other
+  // backends copy.
+  absl::Status UseParameters(absl::Span<const float> params);
   absl::Status GetParameters(absl::Span<float> params) const;
 
   // Forward and backward over n samples (row-major input_size() floats each):
   // writes d(mean loss)/d(params) to `grad` (num_params() floats) and
   // returns the mean loss. Labels must be < classes.
+  // `final_from`, when set, is called during backward on a host-memory
+  // backend, each time the gradients at every offset >= its argument are
+  // final in `grad` (layers are laid out in order and backward runs from
+  // the last), so a trainer can push those while the rest is computed.
   absl::StatusOr<float> ComputeGradients(const float* x, const uint8_t* labels, int n,
-                                         absl::Span<float> grad);
+                                         absl::Span<float> grad,
+                                         const std::function<void(size_t)>& final_from = nullptr);
 
   // Mean loss and accuracy over n samples, in batches of batch_max().
   absl::StatusOr<EvalResult> Evaluate(const float* x, const uint8_t* labels, size_t n);
@@ -116,6 +128,7 @@ class Model {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<void*> owned_;  // device buffers to free
   float* params_ = nullptr;
+  const float* weights_ = nullptr;  // what the layers read: params_, or UseParameters' span
   float* grad_ = nullptr;
   std::vector<float*> act_;   // act_[i]: input of layer i; act_.back(): logits
   std::vector<float*> dact_;  // same shapes, gradients

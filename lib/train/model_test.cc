@@ -9,6 +9,7 @@
 #include <random>
 
 #include "lib/data/idx.h"
+#include "lib/train/backend.h"
 #include "lib/train/optimizer.h"
 
 namespace hetps {
@@ -146,6 +147,58 @@ TEST_CASE("gradient check: stacked convolutions (im2col, col2im, padding)", "[mo
       200);
 }
 
+// The CPU backend copies whole in-bounds runs of a row (InsideRange);
+// checked against the definition for pads and strides the built-in models
+// do not use.
+TEST_CASE("cpu im2col and col2im match their definition for any pad and stride", "[model]") {
+  std::unique_ptr<Backend> be = NewCpuBackend();
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (int stride : {1, 2, 3}) {
+    for (int pad : {0, 1, 2, 4}) {
+      for (int kernel : {1, 3, 5}) {
+        Window2d w;
+        w.channels = 2;
+        w.height = 7;
+        w.width = 9;
+        w.kernel = kernel;
+        w.stride = stride;
+        w.pad = pad;
+        if (w.out_height() <= 0 || w.out_width() <= 0) continue;
+        const int oh = w.out_height(), ow = w.out_width();
+        const size_t cols = size_t(oh) * ow, rows = size_t(w.channels) * kernel * kernel;
+        std::vector<float> x(size_t(w.channels) * w.height * w.width);
+        for (float& v : x) v = u(rng);
+        std::vector<float> col(rows * cols, 99.f), want(rows * cols);
+        std::vector<float> dcol(rows * cols);
+        for (float& v : dcol) v = u(rng);
+        std::vector<float> dx(x.size(), 0.f), want_dx(x.size(), 0.f);
+        for (int c = 0; c < w.channels; ++c) {
+          for (int ky = 0; ky < kernel; ++ky) {
+            for (int kx = 0; kx < kernel; ++kx) {
+              const size_t r = (size_t(c) * kernel + ky) * kernel + kx;
+              for (int oy = 0; oy < oh; ++oy) {
+                for (int ox = 0; ox < ow; ++ox) {
+                  const int iy = oy * stride - pad + ky, ix = ox * stride - pad + kx;
+                  const bool in = iy >= 0 && iy < w.height && ix >= 0 && ix < w.width;
+                  const size_t at = (size_t(c) * w.height + iy) * w.width + ix;
+                  want[r * cols + oy * ow + ox] = in ? x[at] : 0.f;
+                  if (in) want_dx[at] += dcol[r * cols + oy * ow + ox];
+                }
+              }
+            }
+          }
+        }
+        be->Im2Col(x.data(), w, col.data());
+        INFO("stride " << stride << " pad " << pad << " kernel " << kernel);
+        CHECK(col == want);
+        be->Col2Im(dcol.data(), w, dx.data());
+        for (size_t i = 0; i < dx.size(); ++i) CHECK(dx[i] == Approx(want_dx[i]).margin(1e-6));
+      }
+    }
+  }
+}
+
 TEST_CASE("gradient check: max-pool", "[model][gradcheck]") {
   ExpectGradientsMatch(
       Small(1, 6, 6, {LayerSpec::Conv(3, 3, 1), LayerSpec::MaxPool(2), LayerSpec::Dense(10)}), 3,
@@ -184,6 +237,67 @@ TEST_CASE("built-in models have the documented layouts", "[model]") {
   }
   CHECK(BuiltinModel("resnet").status().message().find("unknown model 'resnet'") !=
         std::string::npos);
+}
+
+// UseParameters reads the caller's buffer in place on the CPU backend;
+// the gradient (written straight into the caller's buffer) is the same
+// as after SetParameters, whatever the buffer held before.
+TEST_CASE("parameters used in place give the gradients of copied ones", "[model]") {
+  std::unique_ptr<Backend> be = NewCpuBackend();
+  for (const char* name : {"mlp", "lenet5"}) {
+    auto m = Model::Create(*BuiltinModel(name), be.get(), 8);
+    REQUIRE(m.ok());
+    std::vector<float> params = (*m)->InitialParameters(5);
+    std::mt19937 rng(9);
+    std::uniform_real_distribution<float> u(0.f, 1.f);
+    std::vector<float> x(8 * 784);
+    for (float& v : x) v = u(rng);
+    std::vector<uint8_t> y = {0, 1, 2, 3, 4, 5, 6, 7};
+    std::vector<float> g1((*m)->num_params(), 7.f), g2((*m)->num_params(), -3.f);
+    REQUIRE((*m)->SetParameters(params).ok());
+    auto l1 = (*m)->ComputeGradients(x.data(), y.data(), 8, absl::MakeSpan(g1));
+    REQUIRE((*m)->UseParameters(params).ok());
+    auto l2 = (*m)->ComputeGradients(x.data(), y.data(), 8, absl::MakeSpan(g2));
+    REQUIRE(l1.ok());
+    REQUIRE(l2.ok());
+    CHECK(*l1 == *l2);
+    CHECK(g1 == g2);
+    std::vector<float> back((*m)->num_params());
+    REQUIRE((*m)->GetParameters(absl::MakeSpan(back)).ok());
+    CHECK(back == params);
+    CHECK_FALSE((*m)->UseParameters(absl::MakeConstSpan(params).subspan(1)).ok());
+  }
+}
+
+// final_from: a trainer pushes what backward has finished; everything at
+// or above the offset it is told must already be the final gradient.
+TEST_CASE("backward says which gradients are final, last layers first", "[model]") {
+  std::unique_ptr<Backend> be = NewCpuBackend();
+  for (const char* name : {"mlp", "lenet5"}) {
+    auto m = Model::Create(*BuiltinModel(name), be.get(), 4);
+    REQUIRE(m.ok());
+    std::vector<float> params = (*m)->InitialParameters(2);
+    REQUIRE((*m)->UseParameters(params).ok());
+    std::vector<float> x(4 * 784, 0.25f);
+    for (size_t i = 0; i < x.size(); i += 7) x[i] = 0.9f;
+    std::vector<uint8_t> y = {1, 3, 5, 7};
+    std::vector<float> want((*m)->num_params());
+    REQUIRE((*m)->ComputeGradients(x.data(), y.data(), 4, absl::MakeSpan(want)).ok());
+    std::vector<float> got((*m)->num_params(), 0.f);
+    std::vector<size_t> offsets;
+    bool prefix_final = true;
+    auto on_final = [&](size_t from) {
+      offsets.push_back(from);
+      for (size_t i = from; i < got.size(); ++i) prefix_final = prefix_final && got[i] == want[i];
+    };
+    REQUIRE((*m)->ComputeGradients(x.data(), y.data(), 4, absl::MakeSpan(got), on_final).ok());
+    INFO(name);
+    CHECK(got == want);
+    CHECK(prefix_final);
+    REQUIRE(offsets.size() >= 2);
+    CHECK(std::is_sorted(offsets.rbegin(), offsets.rend()));
+    CHECK(offsets.back() > 0);
+  }
 }
 
 TEST_CASE("initial parameters are deterministic per seed", "[model]") {

@@ -346,6 +346,10 @@ struct Endpoint::Impl {
   DropReason OpenRecv(const RecvKey& key, const Header& h, uint64_t now);
   void DropRecv(absl::flat_hash_map<RecvKey, RecvFlow>::iterator it);
   void GarbageCollect(uint64_t now);
+  // Forgets the estimates of peers without a flow for idle_us (0: every
+  // idle peer), and the Early Close state of links without an open flow
+  // as long; their counters stay in the totals.
+  void ForgetIdlePeers(uint64_t now, uint64_t idle_us);
   void Publish();
   PeerState& PeerFor(const Peer& p);
   uint32_t RtoUs(const PeerState& ps) const;
@@ -536,6 +540,7 @@ uint32_t Endpoint::Impl::RtoUs(const PeerState& ps) const {
 }
 
 void Endpoint::Impl::TakeSubmissions(uint64_t now) {
+  bool new_key = false;
   std::vector<std::unique_ptr<SendFlow>> fresh;
   std::vector<uint32_t> cancel;
   {
@@ -548,8 +553,14 @@ void Endpoint::Impl::TakeSubmissions(uint64_t now) {
       // even across restarts (packet numbers start again at 0).
       auth.SetKey(key_shared);
       key_changed = false;
+      new_key = true;
     }
   }
+  // A new key is a new job: its traffic starts from fresh path estimates
+  // and link thresholds, not from what the last job's pattern left (caps,
+  // congestion cuts, restart backoffs). Peers still finishing a flow keep
+  // theirs until they go idle.
+  if (new_key) ForgetIdlePeers(now, /*idle_us=*/0);
   for (auto& f : fresh) {
     PeerState& ps = PeerFor(f->peer);
     if (ps.flows.empty()) {
@@ -1294,10 +1305,14 @@ void Endpoint::Impl::GarbageCollect(uint64_t now) {
   // Peers gone quiet are forgotten, so state (and the metric series made
   // from it) does not pile up with every peer ever seen; their counters
   // stay in the totals.
-  const uint64_t forget_us = uint64_t(config.peer_forget_ms) * 1000;
+  ForgetIdlePeers(now, uint64_t(config.peer_forget_ms) * 1000);
+}
+
+void Endpoint::Impl::ForgetIdlePeers(uint64_t now, uint64_t idle_us) {
   for (auto it = peers.begin(); it != peers.end();) {
     PeerState& ps = *it->second;
-    if (ps.flows.empty() && ps.idle_since_us != 0 && now > ps.idle_since_us + forget_us) {
+    if (ps.flows.empty() && ps.inflight_bytes == 0 && now >= ps.idle_since_us + idle_us &&
+        (ps.idle_since_us != 0 || idle_us == 0)) {
       retired.congestion_rounds += ps.cc.congestion_rounds();
       retired.standing_queue_rounds += ps.cc.standing_queue_rounds();
       retired.undone_rounds += ps.cc.undone_rounds();
@@ -1308,7 +1323,9 @@ void Endpoint::Impl::GarbageCollect(uint64_t now) {
     }
   }
   for (auto it = links.begin(); it != links.end();) {
-    if (now > it->second.last_us + forget_us) {
+    const bool open = std::any_of(recv.begin(), recv.end(),
+                                  [&](const auto& r) { return r.first.peer == it->first; });
+    if (!open && now >= it->second.last_us + idle_us) {
       links.erase(it++);
     } else {
       ++it;

@@ -361,6 +361,34 @@ TEST_CASE("paths of microseconds are neither paced nor capped", "[endpoint]") {
   CHECK(unpaced);
 }
 
+// A daemon's endpoint serves job after job; each job installs its key. A
+// new key forgets idle peers' estimates (a job starts from fresh ones, not
+// from what the last job's traffic left), keeping their counters.
+TEST_CASE("a new job key starts idle peers from fresh estimates", "[endpoint]") {
+  LinkImpairment wan;
+  wan.delay_us = 5000;
+  SimRun run(15, wan);
+  Assembler rx(1 << 18);
+  Endpoint* server = run.Add(Config(), &rx);
+  Endpoint* client = run.Add(Config(), nullptr);
+  auto data = Pattern(1 << 18, 7);
+  const uint32_t pf = Config().payload_floats();
+  auto h = client->Send(server->local(), 1, Packets(data, 0, pf));
+  REQUIRE(run.RunUntil([&] { return h->done() && rx.done() == 1; }, absl::Seconds(30)));
+  REQUIRE(client->GetStats().peers.size() == 1);
+  CHECK(client->GetStats().peers[0].btlbw_bps > 0);
+  const uint64_t sent = client->GetStats().data_packets_sent;
+
+  client->SetKey(testing::TestKey(2, 0x77));
+  server->SetKey(testing::TestKey(2, 0x77));
+  REQUIRE(run.RunUntil([&] { return client->GetStats().peers.empty(); }, absl::Seconds(1)));
+  CHECK(client->GetStats().data_packets_sent == sent);  // counters stay
+  auto h2 = client->Send(server->local(), 2, Packets(data, 0, pf));
+  REQUIRE(run.RunUntil([&] { return h2->done() && rx.done() == 2; }, absl::Seconds(30)));
+  CHECK(h2->status().ok());
+  CHECK(std::equal(data.begin(), data.end(), rx.buf().begin()));
+}
+
 TEST_CASE("truncated, oversized, forged, replayed, stale and unexpected datagrams are counted",
           "[endpoint]") {
   SimRun run(5);

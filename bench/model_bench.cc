@@ -1,0 +1,69 @@
+// model_bench: one trainer's compute per iteration (UseParameters, forward,
+// backward, as BspWorker runs them) for each built-in model on the CPU backend, batch 64, one BLAS
+// thread, synthetic inputs: the part of an iteration the network cannot
+// hide. bench/peer.sh compares it with PyTorch's (bench/ddp_fashion.py
+// --compute-only) on the same machine.
+//
+//   bazel run --config=opt //bench:model_bench -- [--iterations 200]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "lib/train/backend.h"
+#include "lib/train/model.h"
+
+int main(int argc, char** argv) {
+  int iterations = 200;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
+      iterations = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: model_bench [--iterations N]\n");
+      return 2;
+    }
+  }
+  if (iterations < 1) iterations = 1;
+  hetps::train::SetCpuThreads(1);
+  std::unique_ptr<hetps::train::Backend> backend = hetps::train::NewCpuBackend();
+  const int batch = 64;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> pixel(0.f, 1.f);
+  std::vector<float> x(size_t(batch) * 784);
+  for (float& v : x) v = pixel(rng);
+  std::vector<uint8_t> y(batch);
+  for (uint8_t& v : y) v = uint8_t(rng() % 10);
+  std::printf("%-10s %12s %14s\n", "model", "params", "ms/iteration");
+  for (const std::string& name : hetps::train::BuiltinModelNames()) {
+    auto spec = hetps::train::BuiltinModel(name);
+    auto model = hetps::train::Model::Create(*spec, backend.get(), batch);
+    if (!model.ok()) {
+      std::fprintf(stderr, "%s: %s\n", name.c_str(), std::string(model.status().message()).c_str());
+      return 1;
+    }
+    std::vector<float> params = (*model)->InitialParameters(1);
+    std::vector<float> grad(params.size());
+    const int n = name == "mlp-wide" ? std::max(1, iterations / 8) : iterations;
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto start = std::chrono::steady_clock::now();
+      for (int it = 0; it < n; ++it) {
+        if (!(*model)->UseParameters(params).ok()) return 1;
+        if (!(*model)->ComputeGradients(x.data(), y.data(), batch, absl::MakeSpan(grad)).ok()) {
+          return 1;
+        }
+      }
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count() /
+          n;
+      best = std::min(best, ms);
+    }
+    std::printf("%-10s %12zu %14.3f\n", name.c_str(), params.size(), best);
+  }
+  return 0;
+}
