@@ -30,22 +30,10 @@ namespace {
 constexpr size_t kConnectionsMax = 4096;
 constexpr size_t kWriteChunk = 256 << 10;  // frames copied to a connection's buffer at a time
 constexpr size_t kReadPerWake = 4 << 20;   // bytes read from one connection per wake (fairness)
-constexpr size_t kFrameBytesMax = kHeaderBytes + kPayloadBytesMax;
+constexpr size_t kFrameBytesMax = kTcpFrameBytesMax;
 // What an incoming connection holds before any flow: its receive buffer
 // (two frames) and bookkeeping, charged to its host's receive budget.
 constexpr uint64_t kConnRecvBytes = 2 * kFrameBytesMax + 4096;
-
-uint16_t Get16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
-uint32_t Get32(const uint8_t* p) {
-  return uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
-}
-void Put16(uint8_t* p, uint16_t v) {
-  p[0] = uint8_t(v);
-  p[1] = uint8_t(v >> 8);
-}
-void Put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
-}
 
 uint64_t NowMicros() {
   timespec ts;
@@ -102,7 +90,6 @@ struct Conn {
   int fd = -1;
   bool outgoing = false;
   bool connecting = false;  // outgoing: connect() not finished
-  bool hello_done = false;  // incoming: the peer's data port is known
   bool want_write = false;  // EPOLLOUT registered
   Peer peer;                // outgoing: the destination; incoming: from the hello
   uint32_t remote_ip = 0;   // incoming: the address it came from
@@ -110,8 +97,7 @@ struct Conn {
   uint64_t charged = 0;     // incoming: bytes charged for the connection itself
   std::vector<uint8_t> wbuf;
   size_t woff = 0;
-  std::vector<uint8_t> rbuf;
-  size_t rlen = 0;
+  std::unique_ptr<TcpStreamReader> reader;      // incoming bytes: the hello, then frames
   std::deque<OutFlow*> queue;                   // outgoing: flows still to copy
   absl::flat_hash_map<uint32_t, InFlow> flows;  // incoming: flows being received
   uint64_t retrans_seen = 0;                    // TCP_INFO total_retrans already counted
@@ -476,10 +462,8 @@ Conn* TcpEndpoint::Impl::ConnectTo(const Peer& to, std::string* error) {
   c->connecting = true;
   c->peer = to;
   c->wbuf.resize(kTcpHelloBytes);
-  Put32(c->wbuf.data(), kTcpHelloMagic);
-  Put16(c->wbuf.data() + 4, kTcpHelloVersion);
-  Put16(c->wbuf.data() + 6, ntohs(local_port));
-  c->rbuf.resize(2 * kFrameBytesMax);
+  EncodeTcpHello(ntohs(local_port), c->wbuf.data());
+  c->reader = std::make_unique<TcpStreamReader>(/*expect_hello=*/false);
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT;
   ev.data.fd = fd;
@@ -516,7 +500,7 @@ void TcpEndpoint::Impl::Accept() {
     c->remote_ip = a.sin_addr.s_addr;
     c->host = host;
     c->charged = kConnRecvBytes;
-    c->rbuf.resize(2 * kFrameBytesMax);
+    c->reader = std::make_unique<TcpStreamReader>(/*expect_hello=*/true);
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -628,7 +612,8 @@ void TcpEndpoint::Impl::UpdateInterest(Conn* c) {
 bool TcpEndpoint::Impl::ReadFrames(Conn* c) {
   size_t taken = 0;
   while (taken < kReadPerWake) {
-    const ssize_t n = recv(c->fd, c->rbuf.data() + c->rlen, c->rbuf.size() - c->rlen, 0);
+    TcpStreamReader& r = *c->reader;
+    const ssize_t n = recv(c->fd, r.space(), r.space_left(), 0);
     if (n == 0) {
       CloseConn(c, absl::StrCat("TCP transport: ", c->peer.ToString(), " closed the connection"));
       return false;
@@ -642,34 +627,26 @@ bool TcpEndpoint::Impl::ReadFrames(Conn* c) {
     }
     taken += size_t(n);
     stats.bytes_received += uint64_t(n);
-    c->rlen += size_t(n);
-    // Whole frames in the buffer.
-    size_t at = 0;
-    if (!c->outgoing && !c->hello_done) {
-      if (c->rlen < kTcpHelloBytes) continue;
-      const uint8_t* p = c->rbuf.data();
-      if (Get32(p) != kTcpHelloMagic || Get16(p + 4) != kTcpHelloVersion || Get16(p + 6) == 0) {
-        ++stats.drops[size_t(Get32(p) != kTcpHelloMagic ? DropReason::kBadMagic
-                                                        : DropReason::kBadVersion)];
+    r.Commit(size_t(n));
+    for (;;) {
+      const uint8_t* data = nullptr;
+      size_t len = 0;
+      const TcpStreamReader::Item item = r.Next(&data, &len);
+      if (item == TcpStreamReader::Item::kNeedMore) break;
+      if (item == TcpStreamReader::Item::kBadMagic || item == TcpStreamReader::Item::kBadVersion) {
+        ++stats.drops[size_t(item == TcpStreamReader::Item::kBadMagic ? DropReason::kBadMagic
+                                                                      : DropReason::kBadVersion)];
         CloseConn(c, "TCP transport: bad hello");
         return false;
       }
-      c->peer.ip = c->remote_ip;
-      c->peer.port = htons(Get16(p + 6));
-      c->hello_done = true;
-      at = kTcpHelloBytes;
+      if (item == TcpStreamReader::Item::kHello) {
+        c->peer.ip = c->remote_ip;
+        c->peer.port = htons(r.hello_port());
+        continue;
+      }
+      if (!HandleFrame(c, data, len)) return false;
     }
-    while (c->rlen - at >= kHeaderBytes) {
-      const uint8_t* p = c->rbuf.data() + at;
-      const size_t frame = kHeaderBytes + Get16(p + 6);
-      if (c->rlen - at < frame) break;
-      if (!HandleFrame(c, p, frame)) return false;
-      at += frame;
-    }
-    if (at > 0) {
-      std::memmove(c->rbuf.data(), c->rbuf.data() + at, c->rlen - at);
-      c->rlen -= at;
-    }
+    r.Compact();
   }
   return true;
 }

@@ -35,15 +35,13 @@
 #include <thread>
 
 #include "lib/transport/endpoint.h"
+#include "lib/transport/tcp_frames.h"
 
 namespace hetps {
 namespace transport {
 
 // The hello a connection opens with: u32 magic, u16 version, u16 the
 // sender's data port (little-endian).
-constexpr uint32_t kTcpHelloMagic = 0x43545048;  // bytes 'H' 'P' 'T' 'C'
-constexpr uint16_t kTcpHelloVersion = 1;
-constexpr size_t kTcpHelloBytes = 8;
 
 class TcpEndpoint final : public Transport {
  public:
