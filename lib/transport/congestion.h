@@ -4,103 +4,69 @@
 // pacing rate and a congestion window of cwnd_gain x BDP. Random packet loss
 // is NOT a congestion signal here: non-congestion loss on WAN links must not
 // collapse the rate, which is what makes loss-tolerant transfer pay off.
+// docs/ltp.md states each rule; the measurements that shaped them are in
+// docs/results/2026-11-23-ltp-incast.md.
 //
-// Loss far above any plausible random rate is different: when several
-// senders share one bottleneck (the psd's incast link, or psd's own egress
-// to many workers) each one's window of 2 x its BDP still overruns the
-// bottleneck queue, and the queue drops a large share of every round. As in
-// BBR v2 (inflight_hi), a round (one packet-timed round trip) that loses
-// more than loss_threshold of its packets, and at least loss_packets_min of
-// them, caps the data in flight at loss_beta x what was in flight (0.7, as
-// Cubic); rounds without such loss raise the cap by one packet (as Reno)
-// for additive_rounds, then by 1, 2, 4... packets, until the model's window
-// is the limit again. Under persistent overflow the sender is an AIMD flow
-// like the TCPs it shares the queue with (paper V-D: fairness); random loss
-// of a few percent never reaches the threshold and costs no rate. The
-// threshold is 5%, not BBR v2's 2%: at 1% random loss a 2% threshold fires
-// on chance alone often enough to cost a lone sender 20-40% of its rate
-// (congestion_test).
+// Congestion loss. When several senders share one bottleneck (an incast
+// into a psd, or a psd's egress to many workers) each one's window of
+// 2 x its BDP still overruns the queue. As BBR v2's inflight_hi: a round
+// (one packet-timed round trip) that loses more than loss_threshold of its
+// packets, and at least loss_packets_min, caps data in flight at loss_beta
+// x what was in flight; clean rounds raise the cap by one packet for
+// additive_rounds, then by 1, 2, 4... packets until the model's window
+// rules again: under persistent overflow the sender is an AIMD flow like
+// the TCPs it shares the queue with. The threshold sits well above random
+// loss rates (5%, not BBR v2's 2%): a lower one fires on chance alone at
+// 1% random loss and costs a lone sender much of its rate.
 //
-// Loss with a standing queue is congestion, at any rate (ours; BBR v2 has
-// no such qualifier). A round whose smallest RTT sample is above RTprop by
-// queue_delay_fraction (and queue_delay_min_us) had a queue all through:
-// the bottleneck is oversubscribed, so backing off costs no utilization,
-// only share. Random loss does not build queues and a lone flow of this
-// controller drains its own every gain cycle, so random loss never meets
-// one. A loss-based TCP (cubic) does keep the queue full and loses a
-// packet or two per overflow, about 1% of LTP's round: below the 5%
-// threshold, so without this LTP never yields: 4.5 x a Reno flow's rate
-// in congestion_test's simulation, 5.1 x cubic's on the testbed
-// (bench/fairness.sh); with it 1.4 and 1.65 (kernel BBR: 2.4 x cubic).
-// While the queue stands the window also grows only additively (no
-// doubling), as the loss-based flow's does. The response is armed once a
-// round after startup has seen RTprop again (startup's own queue has
-// drained), or after 16 rounds.
+// Loss with a standing queue (ours). A round whose smallest RTT sample is
+// above RTprop by queue_delay_fraction (and queue_delay_min_us) had a queue
+// all through: the bottleneck is oversubscribed, so backing off costs no
+// utilization, only share, and any loss in it counts as congestion (the
+// window then grows only additively). Random loss builds no queue, and a
+// lone flow of this controller drains its own every gain cycle. Without
+// this a loss-based TCP, which keeps the queue full and loses about 1% per
+// round, never makes LTP yield. Armed once a round after startup has seen
+// RTprop again, or after 16 rounds.
 //
-// A fair-share cap (SetRateCap) comes from outside the path model: when
-// several flows share one bottleneck, each one's max-filtered BtlBw reads
-// the moments the others backed off, so their pacing rates add up to
-// several times the bottleneck. The endpoint measures the shared link's
-// capacity C (the rate of its ingress's busy spans, or of its egress's:
-// IngressRate::link_rate_bps) and each flow's
-// recent rate r_i, and sets the cap to the max-min fair level R
-// (FairShareBps: sum of min(r_i, R) = C). A flow slower than R for its own
-// reasons (a slow access link) keeps its rate, and what it leaves goes to
-// the others; when the flows together take less than C the largest one may
-// take all that is left. After startup the flow paces at its own gain
-// cycle, never above 1.25 x R: C is measured from what the flows achieve,
-// and a cap at R itself (times the phase's gain, as this was first) held
-// them at a share of an underestimate (psd's pull at 68 Mbit/s of 100 on
-// the testbed, once pacing was right); the headroom lets probes lift C.
-// R is also a floor: after startup, with no congestion cut in force
-// (inflight_hi), a flow whose R is 1.25 x its BtlBw or more paces at R.
-// When the other pushes end, the last flows otherwise climbed from a 1/8
-// share by the gain cycle alone while the link idled.
+// Fair share (ours; SetRateCap). Flows sharing a bottleneck each read the
+// moments the others backed off into their max-filtered BtlBw, and their
+// pacing rates add up to several times the link. The endpoint measures
+// the shared link's capacity C (IngressRate::link_rate_bps) and each
+// flow's recent rate, and sets the cap to the max-min fair level R
+// (FairShareBps). After startup a flow paces at its own gain cycle but
+// never above 1.25 x R: C is measured from what the flows achieve, so a
+// cap at R itself would hold them at a share of an underestimate; the
+// headroom lets probes lift C. R is also a floor: after startup, with no
+// congestion cut in force, a flow whose R is 1.25 x its BtlBw or more
+// paces at R (the bottleneck owner's word that there is room).
 //
 // Room (ours). The max-filtered BtlBw only grows by the 1.25 probe once
-// per 8-round gain cycle: a flow that ran at a 1/8 share and is now alone
-// (the other pushes finished, or it is the first push of the next
-// iteration) needs some 10 cycles, 1.6 s at 20 ms, to fill the link, and
-// the bottleneck idles meanwhile (bench/incast.sh's psd ingress trace
-// showed 23-66 Mbit/s on a 100 Mbit/s link while the first pushes of an
-// iteration ramped). The cap is the bottleneck owner's explicit word that
-// there is room, so when it stays at 1.5 x BtlBw or more for two rounds,
-// or is lifted (the flow is alone), and when a flow starts after an idle
-// gap (BtlBw is old), the flow goes back to startup (doubling per round,
-// paced under the cap itself: the others are at theirs) and forgets its congestion cap
-// (inflight_hi): within a few rounds it either fills its share or finds
-// its own path's limit and leaves startup as usual. Room restarts come at
-// most once per 24 rounds after startup, and a restart that found no room
-// (BtlBw grew < 25%) doubles that wait (up to 1536 rounds): a flow held
-// back by its own access link, whose cap stays high, does not keep
-// overshooting it. A lifted cap waits one gain cycle only: it comes once
-// per transfer, and the doubled wait had kept the last flow of a push at
-// its old share for seconds.
+// per 8-round cycle: a flow that ran at a small share and is now alone
+// would take many cycles to fill the link. So when the cap stays at 1.5 x
+// BtlBw or more for two rounds, or is lifted (the flow is alone), and when
+// a flow starts after an idle gap (BtlBw is old), the flow goes back to
+// startup (paced under the cap: the others are at theirs) and drops its
+// congestion cap. Cap-driven restarts come at most once per 24 rounds,
+// doubling (up to 1536) after one that found no room (BtlBw grew < 25%),
+// so a flow held by its own access link does not keep overshooting it; a
+// lifted cap waits one gain cycle only, as it comes once per transfer.
 //
-// Spurious losses (ours, as TCP's Eifel/F-RTO undo): a packet declared
-// lost whose ACK then arrives before it was resent, or sooner than half an
-// RTprop after the resend (so for the first transmission), was never
-// lost: its ACK was late (a delay spike on the reverse path, a host that
-// did not run the endpoint thread) or the ACK itself was lost. On the
-// testbed a pull flow alone at the end of an iteration has its ACKs behind
-// psd's ingress queue full of the next pushes; each delay spike fired the
-// retransmission timer for the whole window, the round read as >5% loss,
-// and the flow sat at a 16-packet window at 8-15 Mbit/s on an idle 100
-// Mbit/s link for seconds. A spurious loss found in the round that
-// counted it is taken out of the round; once half the bytes that made a
-// round congested prove spurious (within the two rounds after it), the
-// cut is undone: inflight_hi goes back to what it was.
+// Spurious losses (ours, as TCP's Eifel/F-RTO undo). A packet declared
+// lost whose ACK arrives before it was resent, or sooner than half an
+// RTprop after the resend, was never lost: its ACK was late or lost. Such
+// a loss found in the round that counted it is taken out of the round;
+// once half the bytes that made a round congested prove spurious (within
+// the two rounds after it), the cut is undone.
 //
 // Unpaced paths (ours). Where RTprop is below unpaced_rtprop_us (loopback,
 // one LAN or site) the window alone clocks the flow, as a kernel TCP does:
 // no pacing and no fair-share cap. Pacing spreads a window over an RTT so
 // that a deep, slow bottleneck queue is not hit by bursts; at tens of
-// microseconds a window is sent in about one RTT anyway, and the pacing
-// slots and wake-ups cost more than the bursts. The fair-share cap is
-// worse there: its capacity C is measured from what the flows achieved,
-// so a cap once set held a psd's broadcast under it (a few hundred
-// Mbit/s on loopback, docs/tracing.md). Congestion loss (inflight_hi) and
-// the window floors stay in force.
+// microseconds a window goes out in about one RTT anyway, and the pacing
+// slots and wake-ups cost more than the bursts. The cap is worse there:
+// C, measured from what the flows achieved, held them where they had been.
+// Congestion loss (inflight_hi) and the window floors stay in force.
 //
 // Pure state machine: the caller passes times (microseconds, any epoch) and
 // byte counts. Not thread-safe; owned by the endpoint thread.

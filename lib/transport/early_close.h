@@ -31,15 +31,14 @@
 // time the shared link needs to carry all of it (SharedLtUs, IngressRate).
 // The ingress rate is the rate of the link's busy spans
 // (IngressRate::link_rate_bps), not a max over bins: packets reach the
-// receiver in bunches (a receiver thread descheduled for 20 ms reads what
-// queued meanwhile at once; the testbed's delay program releases a backlog
-// after it was descheduled), and a max over bins reads a bunch as link
-// capacity: over 100 ms bins 125 Mbit/s, over 500 ms bins 109 Mbit/s on the
-// 100 Mbit/s testbed link, which put a 14 s shared push's deadline 1 s
-// early (9 of 24 pushes closed at the deadline on a link without random
-// loss). Over a busy span the stall and its catch-up cancel.
-// And the deadline's slack grows with LT (DeadlineUs): a fixed 30 ms is
-// 0.2% of a 13 s push, far below the error of any rate estimate.
+// receiver in bunches (a receiver thread that was descheduled reads what
+// queued meanwhile at once; a delaying middlebox releases a backlog), and a
+// max over short bins reads a bunch as capacity above the link's, which
+// puts a shared push's deadline early. Over a busy span the stall and its
+// catch-up cancel.
+// And the deadline's slack grows with LT (DeadlineUs): a fixed 30 ms is a
+// fraction of a percent of a push of many seconds, far below the error of
+// any rate estimate.
 //
 // Pure: times are passed in (microseconds). Not thread-safe.
 #ifndef HETPS_LIB_TRANSPORT_EARLY_CLOSE_H_

@@ -101,31 +101,28 @@ struct EndpointConfig {
   uint32_t peer_forget_ms = 60'000;
   // Delayed ACKs: a flow's ACKs wait until ack_every packets are pending or
   // the first has waited min(ack_delay_max_us, the sender's RTprop / 8); a
-  // flow's last packet is acknowledged at once. Each ACK datagram costs the
-  // receiver, the network and the sender about what a data packet costs
-  // in packet processing (on the testbed, one ACK per pulled packet). The
-  // delay is short because a window-limited sender loses the delay's share
-  // of its rate (4 ms at 20 ms cost the incast's pushes 10-15%). The last
+  // flow's last packet is acknowledged at once. An ACK datagram costs both
+  // hosts and the network about what a data packet does, so one per packet
+  // halves what a busy receiver can take; the delay is short because a
+  // window-limited sender loses the delay's share of its rate. The last
   // packet of a batch still gives an undelayed RTT sample, and the
   // delivery rate allows for bunched ACKs (congestion.cc). ack_every 1 or
   // ack_delay_max_us 0: one ACK per receive batch, at once.
   uint32_t ack_every = 16;
   uint32_t ack_delay_max_us = 1000;
   // Every ACK also says up to where the flow arrived without a gap
-  // (wire.h kFlagAckPrefix), so a lost ACK datagram costs nothing. On the
-  // incast testbed the pull's ACKs cross psd's ingress queue, full of the
-  // next pushes: without the prefix each lost ACK read as up to 17 lost
-  // packets and held the last pull flow at a 16-packet window.
+  // (wire.h kFlagAckPrefix), so a lost ACK datagram costs nothing: without
+  // it each lost ACK reads as up to ack_every lost packets, and ACKs that
+  // cross a queue full of the next pushes are lost often.
   bool ack_prefix = true;
   // Every ACK also repeats the seqs of the flow's previous ACK (up to 64)
   // that its prefix does not cover. The prefix stops at the flow's first
   // hole, and a loss-tolerant flow's holes stay open until its
   // retransmission queue runs at the end (a reliable one's for an RTT or
-  // more): behind a hole a lost ACK read as lost data again. On the 50 ms
-  // testbed at 1% loss both ways (an ACK datagram names ~3.4 packets)
-  // 85% of psd's declared losses were such, and their congestion rounds
-  // cut the window. An echoed seq whose first ACK was lost gives an RTT
-  // sample one ACK interval long (about a millisecond).
+  // more): behind a hole a lost ACK would read as lost data again, and at a
+  // percent of loss such false losses outnumber the real ones and cut the
+  // window. An echoed seq whose first ACK was lost gives an RTT sample one
+  // ACK interval long.
   bool ack_echo = true;
   CongestionConfig congestion;
   EarlyCloseConfig early_close;  // for loss-tolerant flows this endpoint receives
