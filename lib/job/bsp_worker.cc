@@ -267,9 +267,7 @@ absl::Status BspWorker::Run(int64_t report_every,
       line.Key("wait").Uint(wait_us);
       line.Key("woke").Uint(woke_us);
       line.Key("pull").BeginArray();  // per server: first, last packet, close
-      for (const transport::FlowResult& r : pulled) {
-        line.BeginArray().Uint(r.first_us).Uint(r.last_us).Uint(r.closed_us).EndArray();
-      }
+      for (const transport::FlowResult& r : pulled) AppendJson(r, &line);
       line.EndArray();
       line.Key("compute").Uint(compute_us);
       line.Key("push").Uint(push_us);

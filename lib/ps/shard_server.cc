@@ -303,9 +303,7 @@ void ShardServer::Run() {
       line.Key("start").Uint(start_us);
       line.Key("bcast").Uint(bcast_us);
       line.Key("pushes").BeginArray();  // per worker rank: first, last packet, close
-      for (const transport::FlowResult& r : pushes) {
-        line.BeginArray().Uint(r.first_us).Uint(r.last_us).Uint(r.closed_us).EndArray();
-      }
+      for (const transport::FlowResult& r : pushes) AppendJson(r, &line);
       line.EndArray();
       line.Key("closed").Uint(closed_us);
       line.Key("summed").Uint(summed_us);

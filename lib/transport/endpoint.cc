@@ -77,6 +77,10 @@ void AppendJson(const FlowTiming& t, JsonWriter* w) {
   w->EndObject();
 }
 
+void AppendJson(const FlowResult& r, JsonWriter* w) {
+  w->BeginArray().Uint(r.first_us).Uint(r.last_us).Uint(r.closed_us).EndArray();
+}
+
 // ---- SendHandle ----------------------------------------------------------
 
 bool SendHandle::Wait(absl::Duration timeout) {

@@ -184,6 +184,9 @@ struct FlowTiming {
 
 // As one JSON object (times in microseconds, rates in bit/s).
 void AppendJson(const FlowTiming& t, JsonWriter* w);
+struct FlowResult;
+// A received flow's times as [first packet, last packet, close].
+void AppendJson(const FlowResult& r, JsonWriter* w);
 
 class SendHandle {
  public:
