@@ -20,10 +20,12 @@
 // datagrams verified, at most kSendersMax per key (then over_budget); a
 // new key clears them.
 //
-// The tag is standard AES-256-GCM, computed by libsodium where the CPU has
-// AES-NI and carry-less multiply (it has the least per-call overhead, which
-// dominates at datagram sizes) and by OpenSSL's EVP elsewhere; both give
-// the same bytes, so nodes of either kind interoperate. Not thread-safe:
+// The tag is standard AES-256-GCM. Where the CPU has AES-NI and carry-less
+// multiply, libsodium computes it for bodies under 4 KiB (it has the least
+// per-call overhead, which dominates there) and OpenSSL's EVP for larger
+// ones (it takes the data in pieces, so the body is not first copied next
+// to the header); elsewhere OpenSSL does all. Both give the same bytes, so
+// nodes of either kind interoperate. Not thread-safe:
 // one owner (the transport's thread).
 #ifndef HETPS_LIB_TRANSPORT_PACKET_AUTH_H_
 #define HETPS_LIB_TRANSPORT_PACKET_AUTH_H_
@@ -103,7 +105,8 @@ class PacketAuth {
   // value is drawn again and numbering restarts).
   uint64_t NextPacketNumber();
   uint64_t sender() const { return sender_; }
-  // Which implementation computes the tags ("libsodium" or "openssl").
+  // Which implementation computes small bodies' tags ("libsodium" or
+  // "openssl"; large bodies' are always OpenSSL's).
   const char* backend() const;
 
   // Writes the tag of an encoded header (whose key_id, sender and
