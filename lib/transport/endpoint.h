@@ -382,7 +382,7 @@ class Endpoint final : public Transport {
   // turn if nothing arrives and nothing is sent before.
   uint64_t Step();
 
-  struct Impl;  // internal, defined in endpoint.cc
+  struct Impl;  // internal: endpoint_internal.h
 
  private:
   Endpoint(const EndpointConfig& config, Receiver* receiver, const Clock* clock, uint64_t seed);

@@ -1,0 +1,167 @@
+// The UDP endpoint's control datagrams: ACKs batched and delayed per
+// flow (carrying the receiver's fair share of its ingress), STOPs, and
+// the fair-share rate caps on the sending side.
+#include <algorithm>
+
+#include "lib/transport/endpoint_internal.h"
+
+namespace hetps {
+namespace transport {
+namespace {
+
+constexpr size_t kAckEchoMax = 64;  // seqs an ACK repeats (ack_echo)
+
+}  // namespace
+
+void Endpoint::Impl::QueueControl(const Peer& to, PacketType type, const Header& about,
+                                  const std::vector<uint8_t>* body) {
+  Pending p;
+  p.to = to;
+  if (body != nullptr) {
+    p.body = body->data();
+    p.body_len = body->size();
+  }
+  Header h;
+  h.type = type;
+  h.key_id = auth.key_id();
+  h.packet_number = auth.NextPacketNumber();
+  h.sender = auth.sender();
+  h.flow_id = about.flow_id;
+  h.seq = about.seq;
+  h.total_packets = about.total_packets;
+  h.chunk_id = about.chunk_id;
+  h.chunk_offset = about.chunk_offset;
+  h.iteration = about.iteration;
+  if (type == PacketType::kAck) {
+    // What EmitAcks set: the prefix and the receiver's fair share.
+    h.flags = about.flags & kFlagAckPrefix;
+    h.btlbw_kbps = about.btlbw_kbps;
+  }
+  h.payload_bytes = static_cast<uint16_t>(p.body_len);
+  EncodeHeader(h, p.head.data());
+  pending.push_back(p);
+  if (type == PacketType::kAck) ++stats.acks_sent;
+}
+
+void Endpoint::Impl::QueueAck(const Peer& to, const Header& about, uint64_t now, bool urgent) {
+  AckBatch& b = acks[RecvKey{to, about.flow_id}];
+  if (b.seqs.empty()) {
+    b.about = about;
+    const uint64_t delay = std::min<uint64_t>(config.ack_delay_max_us, about.rtprop_us / 8);
+    b.due_us = now + delay;
+  }
+  b.seqs.push_back(about.seq);
+  if (urgent || b.seqs.size() >= config.ack_every) b.due_us = now;
+  next_ack_us = std::min(next_ack_us, b.due_us);
+}
+
+void Endpoint::Impl::QueueStop(const Peer& to, const Header& about, const StopInfo& how) {
+  ack_payloads.emplace_back(kStopPayloadBytes);
+  EncodeStop(how, ack_payloads.back().data());
+  QueueControl(to, PacketType::kStop, about, &ack_payloads.back());
+}
+
+void Endpoint::Impl::EmitAcks(uint64_t now) {
+  if (acks.empty() || next_ack_us > now) return;
+  const uint64_t share_kbps = std::min<uint64_t>(IngressShareBps(now) / 1000, UINT32_MAX);
+  next_ack_us = UINT64_MAX;
+  for (auto it = acks.begin(); it != acks.end();) {
+    const RecvKey& key = it->first;
+    AckBatch& batch = it->second;
+    if (batch.due_us > now) {
+      next_ack_us = std::min(next_ack_us, batch.due_us);
+      ++it;
+      continue;
+    }
+    auto open = recv.find(key);
+    // The flow's prefix as it is now (a flow that completed: all of it).
+    uint32_t prefix = 0;
+    if (config.ack_prefix) {
+      if (open != recv.end()) {
+        prefix = open->second.prefix;
+      } else if (auto c = closed.find(key);
+                 c != closed.end() && c->second.reason == CloseReason::kComplete) {
+        prefix = batch.about.total_packets;
+      }
+    }
+    if (config.ack_echo && open != recv.end()) {
+      // The previous ACK's seqs again (those the prefix does not cover): a
+      // lost ACK datagram is answered by the next one.
+      std::vector<uint32_t>& echo = open->second.ack_echo;
+      const size_t fresh = batch.seqs.size();
+      for (uint32_t seq : echo) {
+        if (seq >= prefix) batch.seqs.push_back(seq);
+      }
+      echo.assign(batch.seqs.begin() + (fresh > kAckEchoMax ? fresh - kAckEchoMax : 0),
+                  batch.seqs.begin() + fresh);
+    }
+    for (size_t i = 0; i < batch.seqs.size(); i += 1 + kAckSeqsMax) {
+      const size_t extra = std::min(kAckSeqsMax, batch.seqs.size() - i - 1);
+      Header h = batch.about;
+      h.seq = batch.seqs[i];
+      h.btlbw_kbps = static_cast<uint32_t>(share_kbps);
+      h.flags = 0;  // QueueControl keeps only kFlagAckPrefix of an ACK's flags
+      if (prefix > 0) {
+        h.flags |= kFlagAckPrefix;
+        h.chunk_offset = prefix;
+      }
+      const std::vector<uint8_t>* body = nullptr;
+      if (extra > 0) {
+        ack_payloads.emplace_back(extra * sizeof(uint32_t));
+        EncodeAckSeqs(batch.seqs.data() + i + 1, extra, ack_payloads.back().data());
+        body = &ack_payloads.back();
+      }
+      QueueControl(key.peer, PacketType::kAck, h, body);
+    }
+    acks.erase(it++);
+  }
+}
+
+// A peer's rate for FairShareBps. One that began sending within the rate
+// window has not shown a rate yet: it counts as able to take a full
+// share, not as a slow one (else the first share it hears is the link).
+namespace {
+uint64_t ShareRate(IngressRate& recent, uint64_t active_since_us, uint64_t now) {
+  return now - active_since_us < kShareWindowUs ? UINT64_MAX : recent.rate_bps(now);
+}
+}  // namespace
+
+// The max-min fair share of this endpoint's ingress among the peers
+// sending to it now (FairShareBps over their recent rates; 0 with fewer
+// than two): ACKs carry it in btlbw_kbps, and the senders cap their pacing
+// at it (congestion.h, SetRateCap).
+uint64_t Endpoint::Impl::IngressShareBps(uint64_t now) {
+  share_peers.clear();
+  for (const auto& [key, f] : recv) {
+    auto [it, fresh] = share_peers.try_emplace(key.peer, f.start_us);
+    if (!fresh) it->second = std::min(it->second, f.start_us);
+  }
+  if (share_peers.size() < 2) return 0;
+  share_rates.clear();
+  for (const auto& [p, start] : share_peers) {
+    share_rates.push_back(ShareRate(links[p].recent, start, now));
+  }
+  return FairShareBps(ingress.link_rate_bps(now), share_rates);
+}
+
+// The same on the sending side over this endpoint's egress (bytes
+// acknowledged, all peers) and its active peers' recent rates; each active
+// peer's controller is capped at the smaller of that and the receiver's
+// advertised share.
+void Endpoint::Impl::SetRateCaps(uint64_t now) {
+  share_rates.clear();
+  for (auto& [peer, ps] : peers) {
+    if (ps->flows.empty()) continue;
+    share_rates.push_back(ShareRate(ps->acked, ps->active_since_us, now));
+  }
+  const uint64_t egress_share = FairShareBps(egress.link_rate_bps(now), share_rates);
+  for (auto& [peer, ps] : peers) {
+    if (ps->flows.empty()) continue;
+    uint64_t cap = ps->receiver_share_bps;
+    if (egress_share > 0 && (cap == 0 || egress_share < cap)) cap = egress_share;
+    ps->cc.SetRateCap(cap);
+  }
+}
+
+}  // namespace transport
+}  // namespace hetps
