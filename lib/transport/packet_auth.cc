@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "lib/transport/ghash.h"
 
 namespace hetps {
 namespace transport {
@@ -84,22 +85,26 @@ constexpr size_t kOpensslFromBytes = 4096;
 struct PacketAuth::Ctx {
   bool sodium = false;
   crypto_aead_aes256gcm_state state;  // libsodium: the expanded key
-  EVP_CIPHER_CTX* evp = nullptr;      // OpenSSL
+  EVP_CIPHER_CTX* evp = nullptr;      // OpenSSL's AES-GCM
+  // kVector: the hash, and AES-ECB for the block that masks it.
+  std::unique_ptr<Ghash> ghash;
+  EVP_CIPHER_CTX* ecb = nullptr;
   ~Ctx() {
     if (evp != nullptr) EVP_CIPHER_CTX_free(evp);
+    if (ecb != nullptr) EVP_CIPHER_CTX_free(ecb);
     sodium_memzero(&state, sizeof(state));
   }
 };
 
-PacketAuth::PacketAuth(bool authenticate, std::function<uint64_t()> draw_sender, bool force_openssl)
-    : authenticate_(authenticate),
-      draw_sender_(std::move(draw_sender)),
-      force_openssl_(force_openssl) {}
+PacketAuth::PacketAuth(bool authenticate, std::function<uint64_t()> draw_sender, MacBackend backend)
+    : authenticate_(authenticate), draw_sender_(std::move(draw_sender)), backend_(backend) {}
 
 PacketAuth::~PacketAuth() = default;
 
 const char* PacketAuth::backend() const {
-  return ctx_ != nullptr && ctx_->sodium ? "libsodium" : "openssl";
+  if (ctx_ == nullptr) return "none";
+  if (ctx_->ghash != nullptr) return "vector";
+  return ctx_->sodium ? "libsodium" : "openssl";
 }
 
 uint64_t PacketAuth::NextPacketNumber() {
@@ -120,12 +125,27 @@ void PacketAuth::SetKey(const DataKey& key) {
   ctx_.reset();
   if (!key.set || !authenticate_) return;
   ctx_ = std::make_unique<Ctx>();
-  if (!force_openssl_ && SodiumAesGcm()) {
+  const bool any = backend_ == MacBackend::kFastest;
+  if ((any || backend_ == MacBackend::kVector) && Ghash::Available()) {
+    ctx_->ecb = EVP_CIPHER_CTX_new();
+    uint8_t h[16] = {};
+    int n = 0;
+    // Out of memory or a libcrypto without AES: nothing sensible to do.
+    if (ctx_->ecb == nullptr ||
+        EVP_EncryptInit_ex(ctx_->ecb, EVP_aes_256_ecb(), nullptr, key.bytes.data(), nullptr) != 1 ||
+        EVP_CIPHER_CTX_set_padding(ctx_->ecb, 0) != 1 ||
+        EVP_EncryptUpdate(ctx_->ecb, h, &n, h, sizeof(h)) != 1 || n != sizeof(h)) {
+      std::abort();
+    }
+    ctx_->ghash = std::make_unique<Ghash>(h);  // H = AES_K(0^128)
+    OPENSSL_cleanse(h, sizeof(h));
+    return;
+  }
+  if ((any || backend_ == MacBackend::kLibsodium) && SodiumAesGcm()) {
     ctx_->sodium = true;
     crypto_aead_aes256gcm_beforenm(&ctx_->state, key.bytes.data());
   }
   ctx_->evp = EVP_CIPHER_CTX_new();
-  // Out of memory or a libcrypto without AES-GCM: nothing sensible to do.
   if (ctx_->evp == nullptr ||
       EVP_EncryptInit_ex(ctx_->evp, EVP_aes_256_gcm(), nullptr, nullptr, nullptr) != 1 ||
       EVP_CIPHER_CTX_ctrl(ctx_->evp, EVP_CTRL_GCM_SET_IVLEN, 12, nullptr) != 1 ||
@@ -141,6 +161,26 @@ bool PacketAuth::Tag(const Peer& addr, const uint8_t* head, const uint8_t* body,
   uint8_t addr_bytes[6];
   std::memcpy(addr_bytes, &addr.ip, 4);
   std::memcpy(addr_bytes + 4, &addr.port, 2);
+  if (ctx_->ghash != nullptr) {
+    static_assert(sizeof(addr_bytes) + kTagOffset <= Ghash::kHeadMax);
+    uint8_t prefix[sizeof(addr_bytes) + kTagOffset];
+    std::memcpy(prefix, addr_bytes, sizeof(addr_bytes));
+    std::memcpy(prefix + sizeof(addr_bytes), head, kTagOffset);
+    uint8_t s[16];
+    ctx_->ghash->Hash(prefix, sizeof(prefix), body, body_len, s);
+    // GCM's first counter block for a 96-bit nonce: nonce || 0^31 || 1;
+    // its encryption masks the hash.
+    uint8_t j0[16] = {};
+    std::memcpy(j0, nonce, 12);
+    j0[15] = 1;
+    uint8_t mask[16];
+    int n = 0;
+    if (EVP_EncryptUpdate(ctx_->ecb, mask, &n, j0, sizeof(j0)) != 1 || n != sizeof(mask)) {
+      return false;
+    }
+    for (size_t i = 0; i < kTagBytes; ++i) tag_out[i] = s[i] ^ mask[i];
+    return true;
+  }
   if (ctx_->sodium && body_len < kOpensslFromBytes) {
     // One contiguous buffer of authenticated data (libsodium has no
     // incremental AES-GCM).

@@ -20,13 +20,10 @@
 // datagrams verified, at most kSendersMax per key (then over_budget); a
 // new key clears them.
 //
-// The tag is standard AES-256-GCM. Where the CPU has AES-NI and carry-less
-// multiply, libsodium computes it for bodies under 4 KiB (it has the least
-// per-call overhead, which dominates there) and OpenSSL's EVP for larger
-// ones (it takes the data in pieces, so the body is not first copied next
-// to the header); elsewhere OpenSSL does all. Both give the same bytes, so
-// nodes of either kind interoperate. Not thread-safe:
-// one owner (the transport's thread).
+// The tag is standard AES-256-GCM, computed by the fastest of three
+// backends this CPU runs (MacBackend): all give the same bytes, so nodes
+// of any kind interoperate. Not thread-safe: one owner (the transport's
+// thread).
 #ifndef HETPS_LIB_TRANSPORT_PACKET_AUTH_H_
 #define HETPS_LIB_TRANSPORT_PACKET_AUTH_H_
 
@@ -79,6 +76,17 @@ class ReplayWindow {
   std::array<uint64_t, kWords> bits_{};  // bit pn % kWindow, for pn in (highest - kWindow, highest]
 };
 
+// Who computes the tags. kFastest picks, per key: kVector where the CPU
+// has AVX-512 and VPCLMULQDQ (ghash.h: the hash in 512-bit carry-less
+// multiplies, the cipher blocks by OpenSSL; the fastest at every datagram
+// size), else kLibsodium for bodies under 4 KiB (least per-call overhead,
+// but it needs the data in one buffer, so the body is copied next to the
+// header) and OpenSSL's EVP for larger ones (it takes the data in pieces);
+// kOpenssl everywhere without AES-NI. The others force one (tests of the
+// backends' agreement); a forced backend this CPU lacks falls back to
+// kOpenssl.
+enum class MacBackend { kFastest, kVector, kLibsodium, kOpenssl };
+
 class PacketAuth {
  public:
   static constexpr size_t kSendersMax = 4096;
@@ -86,10 +94,8 @@ class PacketAuth {
   // `authenticate` false: tags are zero and never checked; key ids still
   // are (benchmarks measure the MAC's cost against this). `draw_sender`
   // gives sender values (RandomU64 in production, seeded in simulations).
-  // `force_openssl`: use OpenSSL even where libsodium could (tests of the
-  // two backends' agreement).
   explicit PacketAuth(bool authenticate, std::function<uint64_t()> draw_sender = RandomU64,
-                      bool force_openssl = false);
+                      MacBackend backend = MacBackend::kFastest);
   ~PacketAuth();
   PacketAuth(const PacketAuth&) = delete;
   PacketAuth& operator=(const PacketAuth&) = delete;
@@ -105,8 +111,8 @@ class PacketAuth {
   // value is drawn again and numbering restarts).
   uint64_t NextPacketNumber();
   uint64_t sender() const { return sender_; }
-  // Which implementation computes small bodies' tags ("libsodium" or
-  // "openssl"; large bodies' are always OpenSSL's).
+  // Which backend computes small bodies' tags under the current key
+  // ("vector", "libsodium" or "openssl"; "none" without one).
   const char* backend() const;
 
   // Writes the tag of an encoded header (whose key_id, sender and
@@ -136,7 +142,7 @@ class PacketAuth {
 
   const bool authenticate_;
   const std::function<uint64_t()> draw_sender_;
-  const bool force_openssl_;
+  const MacBackend backend_;
   DataKey key_;
   uint64_t sender_ = 0;
   uint64_t next_pn_ = 0;
