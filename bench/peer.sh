@@ -6,8 +6,11 @@
 #   mlp 5 epochs, lenet5 1 epoch, mlp-wide 100 iterations.
 # hetps runs the default local cluster (tools/run-cluster.sh: 1 schedd,
 # 2 psd, 2 workerd on loopback), the three jobs one after another. Each
-# side's time is its training loop (DDP: first iteration to the last
-# all-reduce; hetps: the slowest worker's compute + push + pull wait).
+# side's time is its training loop, both from when the initial parameters
+# are in place (DDP: after its constructor synced them and a barrier, to
+# the last all-reduce and a barrier; hetps: the slowest worker's compute +
+# push + pull wait after it holds the initial parameters, to the final
+# parameters).
 # Each model runs once per seed on each side (different initial weights
 # and data order; one seed's final accuracy varies by about 1 pp between
 # seeds, so accuracy is compared as the mean over seeds). Prints, per
@@ -25,7 +28,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --models) models=$2; shift 2 ;;
     --seeds) seeds=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "peer: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done

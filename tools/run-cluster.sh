@@ -7,7 +7,9 @@
 # on the same cluster; each ends with a line
 #   run-cluster: job K/N NAME STATE elapsed_s E train_s T samples_per_s S accuracy A
 # (E: schedd's running time; T: the slowest worker's training loop, its
-# compute, push and pull-wait time; S: samples over T). Installs what it needs (Debian packages, idempotent). Stops only
+# compute, push and pull-wait time from when it holds the initial
+# parameters, as a DDP loop starts once its constructor synced them; S:
+# samples over T). Installs what it needs (Debian packages, idempotent). Stops only
 # the daemons it started, by PID (SIGTERM: they drain and leave the cluster).
 # The control plane runs with mTLS: a development CA and certificates are
 # made in OUT/certs (tools/dev-certs.sh), and psctl's settings written to

@@ -474,6 +474,8 @@ std::string JobStatusJson(const v1::JobStatus& j, absl::Time now) {
         .Double(r.push_seconds())
         .Key("pull_wait_seconds")
         .Double(r.pull_wait_seconds())
+        .Key("start_wait_seconds")
+        .Double(r.start_wait_seconds())
         .Key("rounds_complete")
         .Uint(r.rounds_complete())
         .Key("rounds_by_deadline")

@@ -42,11 +42,13 @@ class Workerd::Jobs final : public JobRunner {
                       .Name("workerd_job_phase_seconds_total")
                       .Help(
                           "Time per phase of an iteration: compute (forward/backward), push "
-                          "(gradients to psd), pull_wait (waiting for parameters).")
+                          "(gradients to psd), pull_wait (waiting for parameters), start_wait "
+                          "(waiting for the initial parameters).")
                       .Register(r);
     compute_ = &phase.Add({{"phase", "compute"}});
     push_ = &phase.Add({{"phase", "push"}});
     pull_wait_ = &phase.Add({{"phase", "pull_wait"}});
+    start_wait_ = &phase.Add({{"phase", "start_wait"}});
     skipped_ = &prometheus::BuildCounter()
                     .Name("workerd_job_skipped_iterations_total")
                     .Help("Iterations jumped over after a round closed without this worker.")
@@ -125,7 +127,8 @@ class Workerd::Jobs final : public JobRunner {
                                  {"samples_per_s", p.samples_per_s},
                                  {"compute_s", p.compute_s},
                                  {"push_s", p.push_s},
-                                 {"pull_wait_s", p.pull_wait_s}});
+                                 {"pull_wait_s", p.pull_wait_s},
+                                 {"start_wait_s", p.start_wait_s}});
     });
     w_->mux_.Set(nullptr);
     {
@@ -156,6 +159,7 @@ class Workerd::Jobs final : public JobRunner {
     r->set_compute_seconds(p.compute_s);
     r->set_push_seconds(p.push_s);
     r->set_pull_wait_seconds(p.pull_wait_s);
+    r->set_start_wait_seconds(p.start_wait_s);
     iteration_->Set(static_cast<double>(p.iteration));
     total_->Set(static_cast<double>(p.total));
     loss_->Set(p.loss);
@@ -165,6 +169,7 @@ class Workerd::Jobs final : public JobRunner {
     AdvanceCounter(compute_, p.compute_s, &last_.compute_s);
     AdvanceCounter(push_, p.push_s, &last_.push_s);
     AdvanceCounter(pull_wait_, p.pull_wait_s, &last_.pull_wait_s);
+    AdvanceCounter(start_wait_, p.start_wait_s, &last_.start_wait_s);
     AdvanceCounter(skipped_, p.skipped, &last_.skipped);
   }
 
@@ -185,7 +190,7 @@ class Workerd::Jobs final : public JobRunner {
   WorkerProgress progress_ ABSL_GUARDED_BY(mu_);
   WorkerProgress last_ ABSL_GUARDED_BY(mu_);  // what the counters hold
   prometheus::Gauge *iteration_, *total_, *loss_, *accuracy_, *samples_;
-  prometheus::Counter *compute_, *push_, *pull_wait_, *skipped_;
+  prometheus::Counter *compute_, *push_, *pull_wait_, *start_wait_, *skipped_;
 };
 
 Workerd::Workerd(const WorkerdConfig& config) : config_(config) {}

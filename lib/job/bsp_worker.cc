@@ -151,6 +151,7 @@ absl::Status BspWorker::Run(int64_t report_every,
   int64_t loss_n = 0, last_report_it = 0;
   auto last_report = Clock::now();
   int64_t t = 0;
+  bool first_pull = true;
   const RealClock* mono = RealClock::Get();  // the endpoint's clock: traces line up
   JsonWriter line;
   std::vector<transport::FlowResult> pulled;
@@ -197,7 +198,8 @@ absl::Status BspWorker::Run(int64_t report_every,
       if (config_.trace != nullptr) pulled = pulled_;
     }
     const uint64_t woke_us = mono->MonotonicMicros();
-    p.pull_wait_s += secs(wait_start, Clock::now());
+    (first_pull ? p.start_wait_s : p.pull_wait_s) += secs(wait_start, Clock::now());
+    first_pull = false;
     if (have > t) {
       p.skipped += have - t;
       t = have;

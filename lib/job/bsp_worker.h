@@ -52,7 +52,12 @@ struct WorkerProgress {
   double samples_per_s = 0;
   double compute_s = 0;  // cumulative time breakdown
   double push_s = 0;
-  double pull_wait_s = 0;
+  double pull_wait_s = 0;  // waiting for parameters, after the first ones
+  // Waiting for the initial parameters: the job's start-up (every server
+  // given its part and broadcasting), not a cost of training. Kept out of
+  // pull_wait_s, as DDP's constructor syncs its initial parameters before
+  // its training loop starts.
+  double start_wait_s = 0;
   int64_t skipped = 0;  // iterations jumped over after falling behind
 };
 
