@@ -143,8 +143,8 @@ def main(argv):
         [ms(max(p[2] for p in r["pushes"]), r["closed"]) for r in rs
          if r["pushes"] and all(p[2] for p in r["pushes"])], "hand-off to the round thread")
     row(" push first -> last packet", [ms(p[0], p[1]) for r in rs for p in r["pushes"]])
-    row("aggregate", [ms(r["closed"], r["summed"]) for r in rs])
-    row("optimizer", [ms(r["summed"], r["applied"]) for r in rs])
+    row("mean with holes", [ms(r["closed"], r["summed"]) for r in rs])
+    row("sum + optimizer + snapshot", [ms(r["summed"], r["applied"]) for r in rs])
     bl = [f for r in rs for f in r["bcasts"]]
     row("broadcast flow (Send -> done)", [ms(f["submitted"], f["done"]) for f in bl])
     row(" first -> last datagram", [ms(f["first_sent"], f["last_sent"]) for f in bl])

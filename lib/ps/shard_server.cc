@@ -12,6 +12,14 @@
 
 namespace hetps {
 namespace ps {
+namespace {
+
+// Elements per tile of the fused optimizer step: the mean, the momentum
+// and the parameters of one tile stay in L1/L2 between the sum, the update
+// and the snapshot copy.
+constexpr size_t kApplyTileFloats = 4096;
+
+}  // namespace
 
 using transport::Header;
 using transport::PacketSpan;
@@ -49,7 +57,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
     s->floats_ += ch.floats;
   }
   s->push_packets_ = PacketsForChunks(layout, s->owned_, config.endpoint.payload_floats());
-  s->aggregate_.resize(s->floats_);
+  s->aggregate_.resize(std::min(s->floats_, kApplyTileFloats));
   s->optimizer_ = std::make_unique<train::OptimizerState>(optimizer, s->floats_);
   if (shared != nullptr) {
     s->endpoint_ = shared;
@@ -123,13 +131,18 @@ std::vector<PacketSpan> ShardServer::OwnedPackets(const float* base) const {
   return packets;
 }
 
-void ShardServer::Broadcast(uint32_t iteration) {
+void ShardServer::ReleaseSnapshot(uint32_t iteration) {
   const int b = iteration % 2;
-  // The snapshot two rounds back is free again once its flows are done; a
-  // worker that is still not done with it is gone or far behind.
   for (auto& h : in_flight_[b]) endpoint_->Cancel(h);
   in_flight_[b].clear();
-  broadcast_[b] = params_;
+}
+
+void ShardServer::Broadcast(uint32_t iteration) {
+  const int b = iteration % 2;
+  if (snapshot_for_ != int64_t(iteration)) {
+    ReleaseSnapshot(iteration);
+    broadcast_[b] = params_;
+  }
   std::vector<Peer> workers;
   {
     absl::MutexLock lock(&mu_);
@@ -185,6 +198,40 @@ void ShardServer::OnFlowDone(const Peer& from, const transport::FlowResult& resu
   slot->second.partial = !result.complete();
   slot->second.result = result;
   changed_.SignalAll();
+}
+
+uint64_t ShardServer::ApplyStep(uint32_t t, const std::vector<const float*>& inputs,
+                                const std::vector<std::vector<Range>>& missing, bool bubbles,
+                                uint64_t* summed_us) {
+  const RealClock* mono = RealClock::Get();
+  const size_t n = inputs.size();
+  uint64_t partial_elements = 0;
+  if (bubbles) {
+    aggregate_.resize(floats_);
+    partial_elements = MeanUnbiased(inputs.data(), missing.data(), n, floats_, aggregate_.data());
+  }
+  if (config_.trace != nullptr) *summed_us = mono->MonotonicMicros();
+  // The snapshot for round t + 1 is written as each tile is updated; its
+  // buffer held round t - 1's, which every worker that pushed round t has.
+  ReleaseSnapshot(t + 1);
+  std::vector<float>& next = broadcast_[(t + 1) % 2];
+  next.resize(floats_);
+  optimizer_->BeginStep();
+  std::vector<const float*> at(n);
+  for (size_t off = 0; off < floats_; off += kApplyTileFloats) {
+    const size_t len = std::min(kApplyTileFloats, floats_ - off);
+    const float* mean = aggregate_.data() + off;
+    if (!bubbles) {
+      for (size_t k = 0; k < n; ++k) at[k] = inputs[k] + off;
+      SumScaled(at.data(), n, len, 1.0f / float(n), aggregate_.data());
+      mean = aggregate_.data();
+    }
+    optimizer_->Update(off, absl::MakeSpan(params_.data() + off, len),
+                       absl::MakeConstSpan(mean, len));
+    std::copy_n(params_.data() + off, len, next.data() + off);
+  }
+  snapshot_for_ = int64_t(t) + 1;
+  return partial_elements;
 }
 
 void ShardServer::Run() {
@@ -284,14 +331,7 @@ void ShardServer::Run() {
     const auto agg_start = Clock::now();
     uint64_t partial_elements = 0, summed_us = 0;
     if (!inputs.empty()) {
-      if (partial_pushes > 0) {
-        partial_elements =
-            MeanUnbiased(inputs.data(), missing.data(), inputs.size(), floats_, aggregate_.data());
-      } else {
-        SumScaled(inputs.data(), inputs.size(), floats_, 1.0f / inputs.size(), aggregate_.data());
-      }
-      if (config_.trace != nullptr) summed_us = mono->MonotonicMicros();
-      optimizer_->Apply(absl::MakeSpan(params_), aggregate_);
+      partial_elements = ApplyStep(t, inputs, missing, partial_pushes > 0, &summed_us);
     }
     const auto agg_end = Clock::now();
     if (config_.trace != nullptr) {

@@ -113,7 +113,21 @@ class ShardServer : public transport::Receiver {
  private:
   ShardServer(const ShardServerConfig& config, ChunkLayout layout, ChunkMap map);
   void Run();
+  // Sends the parameters of `iteration` to every worker, from its snapshot
+  // buffer (taken now unless ApplyStep already wrote it).
   void Broadcast(uint32_t iteration);
+  // Cancels what is still being sent from the snapshot buffer of
+  // `iteration` (the one two rounds back: a worker not done with it is
+  // gone or far behind), so it can be written.
+  void ReleaseSnapshot(uint32_t iteration);
+  // The optimizer step of round t over the mean of `inputs` (each floats_
+  // long), tile by tile while each is in cache: sum, update, and copy the
+  // new parameters into the snapshot for round t + 1. With bubbles
+  // (`missing` non-empty) the unbiased mean is taken first, whole.
+  // Returns MeanUnbiased's count of elements with bubbles.
+  uint64_t ApplyStep(uint32_t t, const std::vector<const float*>& inputs,
+                     const std::vector<std::vector<Range>>& missing, bool bubbles,
+                     uint64_t* summed_us);
   std::vector<transport::PacketSpan> OwnedPackets(const float* base) const;
 
   const ShardServerConfig config_;
@@ -129,7 +143,8 @@ class ShardServer : public transport::Receiver {
   std::vector<float> params_;        // round thread only
   std::vector<float> broadcast_[2];  // snapshots being sent, double-buffered
   std::vector<std::shared_ptr<transport::SendHandle>> in_flight_[2];
-  std::vector<float> aggregate_;
+  int64_t snapshot_for_ = -1;     // the iteration whose snapshot ApplyStep took
+  std::vector<float> aggregate_;  // the mean gradient: one tile, or all with bubbles
   std::thread thread_;
   std::atomic<bool> stop_{false};
 

@@ -57,12 +57,27 @@ OptimizerState::OptimizerState(const OptimizerConfig& config, size_t size)
 void OptimizerState::Apply(absl::Span<float> params, absl::Span<const float> grad) {
   // Sizes are fixed by the chunk layout the owner built us from.
   assert(params.size() == size_ && grad.size() == size_);
-  const float lr = LearningRateAt(config_, steps_), wd = config_.weight_decay;
+  BeginStep();
+  Update(0, params, grad);
+}
+
+void OptimizerState::BeginStep() {
+  lr_ = LearningRateAt(config_, steps_);
   ++steps_;
+  if (config_.kind == OptimizerConfig::Kind::kSgd) return;
+  // Bias corrections in double, once per step.
+  const double t = static_cast<double>(steps_);
+  c1_ = static_cast<float>(1.0 / (1.0 - std::pow(double(config_.beta1), t)));
+  c2_ = static_cast<float>(1.0 / (1.0 - std::pow(double(config_.beta2), t)));
+}
+
+void OptimizerState::Update(size_t offset, absl::Span<float> params, absl::Span<const float> grad) {
+  assert(params.size() == grad.size() && offset + params.size() <= size_);
+  const float lr = lr_, wd = config_.weight_decay;
   float* __restrict p = params.data();
   const float* __restrict g = grad.data();
-  float* __restrict s1 = slot1_.data();
-  const size_t n = size_;
+  float* __restrict s1 = slot1_.data() + offset;
+  const size_t n = params.size();
   if (config_.kind == OptimizerConfig::Kind::kSgd) {
     const float mu = config_.momentum;
     for (size_t i = 0; i < n; ++i) {
@@ -72,12 +87,9 @@ void OptimizerState::Apply(absl::Span<float> params, absl::Span<const float> gra
     }
     return;
   }
-  float* __restrict s2 = slot2_.data();
+  float* __restrict s2 = slot2_.data() + offset;
   const float b1 = config_.beta1, b2 = config_.beta2, eps = config_.epsilon;
-  // Bias corrections in double, once per step.
-  const double t = static_cast<double>(steps_);
-  const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(double(b1), t)));
-  const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(double(b2), t)));
+  const float c1 = c1_, c2 = c2_;
   for (size_t i = 0; i < n; ++i) {
     const float gi = g[i] + wd * p[i];
     s1[i] = b1 * s1[i] + (1.f - b1) * gi;

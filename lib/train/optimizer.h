@@ -56,6 +56,13 @@ class OptimizerState {
   //         p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
   void Apply(absl::Span<float> params, absl::Span<const float> grad);
 
+  // The same step in pieces, so a server can apply each tile of the
+  // aggregate while it is still in cache: BeginStep, then Update over
+  // ranges that cover [0, size()) once each, in any order. `params` and
+  // `grad` are the range's elements, starting at element `offset`.
+  void BeginStep();
+  void Update(size_t offset, absl::Span<float> params, absl::Span<const float> grad);
+
   size_t size() const { return size_; }
   uint64_t steps() const { return steps_; }
   const OptimizerConfig& config() const { return config_; }
@@ -64,6 +71,9 @@ class OptimizerState {
   OptimizerConfig config_;
   size_t size_;
   uint64_t steps_ = 0;
+  // The step in progress (BeginStep): learning rate and Adam's bias
+  // corrections.
+  float lr_ = 0, c1_ = 1, c2_ = 1;
   std::vector<float> slot1_;  // SGD velocity, or Adam first moment
   std::vector<float> slot2_;  // Adam second moment
 };

@@ -77,6 +77,37 @@ TEST_CASE("applying chunk by chunk is bit-identical to the whole vector", "[opti
   }
 }
 
+TEST_CASE("a step in pieces (BeginStep, Update per range) equals Apply", "[optimizer]") {
+  for (auto kind : {OptimizerConfig::Kind::kSgd, OptimizerConfig::Kind::kAdam}) {
+    OptimizerConfig c;
+    c.kind = kind;
+    c.weight_decay = 1e-4f;
+    c.schedule = OptimizerConfig::Schedule::kCosine;
+    c.total_steps = 10;
+    const size_t n = 1000;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> d;
+    std::vector<float> whole(n), grad(n);
+    for (auto& v : whole) v = d(rng);
+    std::vector<float> pieces = whole;
+    OptimizerState a(c, n), b(c, n);
+    for (int step = 0; step < 5; ++step) {
+      for (auto& v : grad) v = d(rng);
+      a.Apply(absl::MakeSpan(whole), grad);
+      b.BeginStep();
+      // Uneven ranges, last one first: the order must not matter.
+      const size_t cuts[] = {0, 7, 300, 301, 999, n};
+      for (int k = 4; k >= 0; --k) {
+        const size_t off = cuts[k], len = cuts[k + 1] - cuts[k];
+        b.Update(off, absl::MakeSpan(pieces).subspan(off, len),
+                 absl::MakeConstSpan(grad).subspan(off, len));
+      }
+    }
+    CHECK(whole == pieces);
+    CHECK(a.steps() == b.steps());
+  }
+}
+
 TEST_CASE("cosine schedule: lr at step 0, lr/2 half-way, 0 at the end", "[optimizer]") {
   OptimizerConfig c;
   c.learning_rate = 0.4f;
