@@ -1,0 +1,422 @@
+#include "lib/storage/checkpoint_store.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "lib/base/status_macros.h"
+#include "lib/storage/record.h"
+
+namespace hetps {
+namespace storage {
+namespace {
+
+// Keys (docs/storage-format.md): small index records apart from the chunk
+// data, so that listing reads only them.
+//   m/<job>/<server %08x>/<round %016x>             meta
+//   d/<job>/<server %08x>/<round %016x>/<chunk %08x>  chunk
+//   z/<job>/<server %08x>/<round %016x>             commit
+std::string Key(char space, const std::string& job, uint32_t server, uint64_t round) {
+  return absl::StrFormat("%c/%s/%08x/%016x", space, job, server, round);
+}
+std::string ChunkKey(const std::string& job, uint32_t server, uint64_t round, uint32_t chunk) {
+  return absl::StrFormat("%s/%08x", Key('d', job, server, round), chunk);
+}
+
+absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return absl::OkStatus();
+  const std::string msg = absl::StrCat("checkpoint store: ", what, ": ", s.ToString());
+  if (s.IsNotFound()) return absl::NotFoundError(msg);
+  if (s.IsCorruption()) return absl::DataLossError(msg);
+  if (s.IsNoSpace() || s.IsIOError()) return absl::UnavailableError(msg);
+  return absl::InternalError(msg);
+}
+
+uint64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+struct MetaChunk {
+  uint32_t chunk_id = 0;
+  uint64_t offset = 0;
+  uint64_t floats = 0;
+  uint8_t slots = 0;
+};
+
+struct Meta {
+  Checkpoint head;  // everything but the chunks' data
+  std::vector<MetaChunk> chunks;
+};
+
+std::string MetaPayload(const Checkpoint& c) {
+  ByteWriter w;
+  w.String(c.job_id);
+  w.U32(c.server_index);
+  w.U64(c.round);
+  w.U64(c.optimizer_steps);
+  w.U64(c.written_unix_ms);
+  w.String(c.spec);
+  w.U32(static_cast<uint32_t>(c.chunks.size()));
+  for (const ChunkState& ch : c.chunks) {
+    w.U32(ch.chunk_id);
+    w.U64(ch.offset);
+    w.U64(ch.params.size());
+    w.U8(static_cast<uint8_t>(ch.slots.size()));
+  }
+  return w.Take();
+}
+
+absl::StatusOr<Meta> ParseMeta(std::string_view payload) {
+  ByteReader r(payload);
+  Meta m;
+  uint32_t n = 0;
+  if (!r.String(&m.head.job_id, kJobIdBytesMax) || !r.U32(&m.head.server_index) ||
+      !r.U64(&m.head.round) || !r.U64(&m.head.optimizer_steps) || !r.U64(&m.head.written_unix_ms) ||
+      !r.String(&m.head.spec, kSpecBytesMax) || !r.U32(&n)) {
+    return absl::DataLossError("checkpoint meta record truncated");
+  }
+  // Each chunk entry is 21 bytes: the count is bounded by what is there.
+  if (n > kChunksMax || n > r.left() / 21) {
+    return absl::DataLossError(absl::StrCat("checkpoint meta lists ", n, " chunks"));
+  }
+  m.chunks.resize(n);
+  for (MetaChunk& ch : m.chunks) {
+    if (!r.U32(&ch.chunk_id) || !r.U64(&ch.offset) || !r.U64(&ch.floats) || !r.U8(&ch.slots) ||
+        ch.slots > kSlotsMax) {
+      return absl::DataLossError("checkpoint meta chunk entry malformed");
+    }
+  }
+  if (r.left() != 0) return absl::DataLossError("checkpoint meta record has trailing bytes");
+  return m;
+}
+
+std::string ChunkPayload(const ChunkState& ch) {
+  ByteWriter w;
+  w.U32(ch.chunk_id);
+  w.U64(ch.offset);
+  w.U8(static_cast<uint8_t>(ch.slots.size()));
+  w.Floats(ch.params);
+  for (const auto& s : ch.slots) w.Floats(s);
+  return w.Take();
+}
+
+absl::StatusOr<ChunkState> ParseChunk(std::string_view payload, const MetaChunk& want) {
+  ByteReader r(payload);
+  ChunkState ch;
+  uint8_t slots = 0;
+  if (!r.U32(&ch.chunk_id) || !r.U64(&ch.offset) || !r.U8(&slots) || slots > kSlotsMax ||
+      !r.Floats(&ch.params)) {
+    return absl::DataLossError("checkpoint chunk record malformed");
+  }
+  ch.slots.resize(slots);
+  for (auto& s : ch.slots) {
+    if (!r.Floats(&s) || s.size() != ch.params.size()) {
+      return absl::DataLossError("checkpoint chunk slot malformed");
+    }
+  }
+  if (r.left() != 0 || ch.chunk_id != want.chunk_id || ch.offset != want.offset ||
+      ch.params.size() != want.floats || slots != want.slots) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint chunk ", ch.chunk_id, " does not match its meta entry"));
+  }
+  return ch;
+}
+
+// The commit ties the records together: the round, the chunk count and a
+// CRC over the meta record's CRC and every chunk record's, in meta order.
+std::string CommitPayload(uint64_t round, uint32_t chunks, uint32_t chain) {
+  ByteWriter w;
+  w.U64(round);
+  w.U32(chunks);
+  w.U32(chain);
+  return w.Take();
+}
+
+uint32_t ChainCrc(uint32_t chain, uint32_t record_crc) {
+  ByteWriter w;
+  w.U32(record_crc);
+  return Crc32(w.bytes(), chain);
+}
+
+absl::Status ValidateCheckpoint(const Checkpoint& c) {
+  RETURN_IF_ERROR(ValidateJobId(c.job_id));
+  if (c.spec.size() > kSpecBytesMax) return absl::InvalidArgumentError("job spec too large");
+  if (c.chunks.size() > kChunksMax) return absl::InvalidArgumentError("too many chunks");
+  for (const ChunkState& ch : c.chunks) {
+    if (ch.slots.size() > kSlotsMax) return absl::InvalidArgumentError("too many optimizer slots");
+    for (const auto& s : ch.slots) {
+      if (s.size() != ch.params.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("chunk ", ch.chunk_id, ": an optimizer slot's size differs"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateJobId(const std::string& job_id) {
+  if (job_id.empty() || job_id.size() > kJobIdBytesMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job id of ", job_id.size(), " bytes (1 to ", kJobIdBytesMax, ")"));
+  }
+  for (char ch : job_id) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                    (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
+    if (!ok) return absl::InvalidArgumentError("job id: only [A-Za-z0-9._-] allowed");
+  }
+  return absl::OkStatus();
+}
+
+std::string CheckpointPrefix(const std::string& job_id, uint32_t server_index) {
+  return absl::StrFormat("m/%s/%08x/", job_id, server_index);
+}
+
+std::string CheckpointPrefix(const std::string& job_id, uint32_t server_index, uint64_t round) {
+  return Key('m', job_id, server_index, round);
+}
+
+CheckpointStore::CheckpointStore(const CheckpointStoreConfig& config, rocksdb::DB* db)
+    : config_(config), db_(db) {}
+
+CheckpointStore::~CheckpointStore() {
+  absl::MutexLock lock(&db_mu_);
+  if (db_ != nullptr) db_->Close().PermitUncheckedError();
+}
+
+absl::StatusOr<rocksdb::DB*> CheckpointStore::OpenDb(const CheckpointStoreConfig& config) {
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  o.paranoid_checks = true;
+  o.compression = rocksdb::kNoCompression;  // floats do not compress
+  // Checkpoints are flushed one by one (Write): the memtable holds one.
+  o.write_buffer_size = 64 << 20;
+  o.max_background_jobs = 1;
+  o.max_open_files = 256;
+  o.keep_log_file_num = 2;
+  // Recovery from a failed flush is Write's (Recover), on its thread.
+  o.max_bgerror_resume_count = 0;
+  if (config.env != nullptr) o.env = config.env;
+  rocksdb::DB* db = nullptr;
+  RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(o, config.dir, &db), "open " + config.dir));
+  return db;
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(
+    const CheckpointStoreConfig& config) {
+  if (config.dir.empty()) return absl::InvalidArgumentError("checkpoint store: no directory");
+  if (config.keep_last == 0) return absl::InvalidArgumentError("checkpoint store: keep_last 0");
+  ASSIGN_OR_RETURN(rocksdb::DB * db, OpenDb(config));
+  return std::unique_ptr<CheckpointStore>(new CheckpointStore(config, db));
+}
+
+absl::Status CheckpointStore::Recover() {
+  {
+    absl::ReaderMutexLock lock(&db_mu_);
+    if (db_ != nullptr && db_->Resume().ok()) return absl::OkStatus();
+  }
+  // What the failed write left unflushed is dropped with the old handle:
+  // that checkpoint was reported failed and is not on disk. If the open
+  // fails, every call says so until a later Write opens it.
+  absl::MutexLock lock(&db_mu_);
+  if (db_ != nullptr) db_->Close().PermitUncheckedError();
+  db_.reset();
+  ASSIGN_OR_RETURN(rocksdb::DB * db, OpenDb(config_));
+  db_.reset(db);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint64_t>> CheckpointStore::Rounds(const std::string& job_id,
+                                                              uint32_t server_index) {
+  const std::string prefix = CheckpointPrefix(job_id, server_index);
+  std::vector<uint64_t> rounds;
+  absl::ReaderMutexLock lock(&db_mu_);
+  if (db_ == nullptr) return absl::UnavailableError("checkpoint store: not open (reopen failed)");
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    const std::string_view tail(it->key().data() + prefix.size(), it->key().size() - prefix.size());
+    uint64_t round = 0;
+    if (tail.size() != 16) continue;
+    bool ok = true;
+    for (char ch : tail) {
+      const int d = (ch >= '0' && ch <= '9')   ? ch - '0'
+                    : (ch >= 'a' && ch <= 'f') ? ch - 'a' + 10
+                                               : -1;
+      if (d < 0) ok = false;
+      round = round * 16 + uint64_t(std::max(d, 0));
+    }
+    if (ok) rounds.push_back(round);
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), "list"));
+  std::sort(rounds.rbegin(), rounds.rend());
+  return rounds;
+}
+
+absl::Status CheckpointStore::Write(const Checkpoint& given) {
+  RETURN_IF_ERROR(ValidateCheckpoint(given));
+  absl::MutexLock wlock(&write_mu_);  // pruning reads the rounds, then writes
+  // After a failed write RocksDB refuses more until recovered; with the
+  // fault still there (or RocksDB recovering from a full disk by itself)
+  // this write fails too, with its reason.
+  if (failed_) {
+    RETURN_IF_ERROR(Recover());
+    failed_ = false;
+  }
+  Checkpoint c = given;
+  c.written_unix_ms = NowUnixMs();
+  const std::string& job = c.job_id;
+  const uint32_t srv = c.server_index;
+  rocksdb::WriteBatch b;
+  // Replacing a round: its old chunk records go first (the new checkpoint
+  // may have fewer). Within a batch later operations win.
+  b.DeleteRange(Key('d', job, srv, c.round) + "/", Key('d', job, srv, c.round) + "0");
+  // The keep_last newest stay, this one included.
+  ASSIGN_OR_RETURN(std::vector<uint64_t> rounds, Rounds(job, srv));
+  if (std::find(rounds.begin(), rounds.end(), c.round) == rounds.end()) {
+    rounds.push_back(c.round);
+    std::sort(rounds.rbegin(), rounds.rend());
+  }
+  for (size_t i = config_.keep_last; i < rounds.size(); ++i) {
+    const uint64_t r = rounds[i];
+    b.Delete(Key('m', job, srv, r));
+    b.Delete(Key('z', job, srv, r));
+    b.DeleteRange(Key('d', job, srv, r) + "/", Key('d', job, srv, r) + "0");  // '0' follows '/'
+  }
+  const std::string meta = EncodeRecord(RecordKind::kMeta, MetaPayload(c));
+  ASSIGN_OR_RETURN(RecordView mv, DecodeRecord(meta));
+  uint32_t chain = ChainCrc(0, mv.crc);
+  b.Put(Key('m', job, srv, c.round), meta);
+  for (const ChunkState& ch : c.chunks) {
+    const std::string rec = EncodeRecord(RecordKind::kChunk, ChunkPayload(ch));
+    ASSIGN_OR_RETURN(RecordView rv, DecodeRecord(rec));
+    chain = ChainCrc(chain, rv.crc);
+    b.Put(ChunkKey(job, srv, c.round, ch.chunk_id), rec);
+  }
+  b.Put(Key('z', job, srv, c.round),
+        EncodeRecord(RecordKind::kCommit,
+                     CommitPayload(c.round, static_cast<uint32_t>(c.chunks.size()), chain)));
+  rocksdb::WriteOptions wo;
+  // No WAL: the batch goes to the memtable and the flush below writes it to
+  // one table file; a crash before the flush loses it whole.
+  wo.disableWAL = true;
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  absl::ReaderMutexLock lock(&db_mu_);
+  if (db_ == nullptr) return absl::UnavailableError("checkpoint store: not open (reopen failed)");
+  absl::Status s = FromRocks(db_->Write(wo, &b), "write");
+  if (s.ok()) s = FromRocks(db_->Flush(fo), "flush");
+  failed_ = !s.ok();
+  return s;
+}
+
+absl::StatusOr<Checkpoint> CheckpointStore::Read(const std::string& job_id, uint32_t server_index,
+                                                 uint64_t round) {
+  RETURN_IF_ERROR(ValidateJobId(job_id));
+  const rocksdb::ReadOptions ro;  // verify_checksums: RocksDB's own, on every block read
+  std::string value;
+  absl::ReaderMutexLock lock(&db_mu_);
+  if (db_ == nullptr) return absl::UnavailableError("checkpoint store: not open (reopen failed)");
+  const std::string where = absl::StrFormat("%s server %u round %u", job_id, server_index, round);
+  RETURN_IF_ERROR(FromRocks(db_->Get(ro, Key('m', job_id, server_index, round), &value),
+                            "checkpoint " + where));
+  auto mv = DecodeRecord(value);
+  if (!mv.ok() || mv->kind != RecordKind::kMeta) {
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint ", where, ": meta: ", mv.ok() ? "wrong kind" : mv.status().message()));
+  }
+  ASSIGN_OR_RETURN(Meta meta, ParseMeta(mv->payload));
+  if (meta.head.job_id != job_id || meta.head.server_index != server_index ||
+      meta.head.round != round) {
+    return absl::DataLossError("checkpoint meta names another checkpoint");
+  }
+  uint32_t chain = ChainCrc(0, mv->crc);
+  Checkpoint c = std::move(meta.head);
+  c.chunks.reserve(meta.chunks.size());
+  for (const MetaChunk& want : meta.chunks) {
+    const rocksdb::Status s =
+        db_->Get(ro, ChunkKey(job_id, server_index, round, want.chunk_id), &value);
+    if (s.IsNotFound()) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", where, ": chunk ", want.chunk_id, " missing"));
+    }
+    RETURN_IF_ERROR(FromRocks(s, absl::StrCat("checkpoint ", where, ": chunk ", want.chunk_id)));
+    auto rv = DecodeRecord(value);
+    if (!rv.ok() || rv->kind != RecordKind::kChunk) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", where, ": chunk ", want.chunk_id, ": ",
+                                              rv.ok() ? "wrong kind" : rv.status().message()));
+    }
+    chain = ChainCrc(chain, rv->crc);
+    ASSIGN_OR_RETURN(ChunkState ch, ParseChunk(rv->payload, want));
+    c.chunks.push_back(std::move(ch));
+  }
+  const rocksdb::Status s = db_->Get(ro, Key('z', job_id, server_index, round), &value);
+  if (s.IsNotFound())
+    return absl::DataLossError(absl::StrCat("checkpoint ", where, " uncommitted"));
+  RETURN_IF_ERROR(FromRocks(s, absl::StrCat("checkpoint ", where, ": commit")));
+  auto zv = DecodeRecord(value);
+  if (!zv.ok() || zv->kind != RecordKind::kCommit ||
+      zv->payload != CommitPayload(round, static_cast<uint32_t>(c.chunks.size()), chain)) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", where, ": commit does not match"));
+  }
+  return c;
+}
+
+absl::StatusOr<Checkpoint> CheckpointStore::ReadNewest(const std::string& job_id,
+                                                       uint32_t server_index, ReadStats* stats) {
+  RETURN_IF_ERROR(ValidateJobId(job_id));
+  ASSIGN_OR_RETURN(std::vector<uint64_t> rounds, Rounds(job_id, server_index));
+  for (uint64_t r : rounds) {
+    auto c = Read(job_id, server_index, r);
+    if (c.ok()) return c;
+    if (stats != nullptr) {
+      ++stats->skipped;
+      stats->why.push_back(std::string(c.status().message()));
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("no valid checkpoint of job ", job_id, " server ",
+                                          server_index, " in ", config_.dir));
+}
+
+absl::StatusOr<std::vector<CheckpointInfo>> CheckpointStore::List(const std::string& job_id) {
+  RETURN_IF_ERROR(ValidateJobId(job_id));
+  const std::string prefix = absl::StrCat("m/", job_id, "/");
+  std::vector<CheckpointInfo> out;
+  absl::ReaderMutexLock lock(&db_mu_);
+  if (db_ == nullptr) return absl::UnavailableError("checkpoint store: not open (reopen failed)");
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    auto mv = DecodeRecord(std::string_view(it->value().data(), it->value().size()));
+    if (!mv.ok()) continue;  // Read reports it, with the reason
+    auto meta = ParseMeta(mv->payload);
+    if (!meta.ok() || meta->head.job_id != job_id) continue;
+    CheckpointInfo info;
+    info.job_id = job_id;
+    info.server_index = meta->head.server_index;
+    info.round = meta->head.round;
+    info.written_unix_ms = meta->head.written_unix_ms;
+    info.chunks = static_cast<uint32_t>(meta->chunks.size());
+    info.bytes = it->value().size() + kRecordHeaderBytes + 16;  // meta and commit
+    for (const MetaChunk& ch : meta->chunks) {
+      info.bytes += kRecordHeaderBytes + 21 + 8 * (1 + ch.slots) + ch.floats * 4 * (1 + ch.slots);
+    }
+    out.push_back(std::move(info));
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), "list"));
+  std::sort(out.begin(), out.end(), [](const CheckpointInfo& a, const CheckpointInfo& b) {
+    return a.round != b.round ? a.round > b.round : a.server_index < b.server_index;
+  });
+  return out;
+}
+
+}  // namespace storage
+}  // namespace hetps

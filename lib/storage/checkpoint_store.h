@@ -1,0 +1,130 @@
+// CheckpointStore: a psd's part of a job, saved in RocksDB (Debian's
+// librocksdb) so that it survives the process: per chunk its parameters and
+// optimizer slots, with the round, the optimizer's step count, the job id
+// and the job spec it was trained under. Format: docs/storage-format.md.
+//
+// - Atomic: a checkpoint is one RocksDB WriteBatch (its records and the
+//   removal of the ones beyond keep_last), written without the WAL and
+//   flushed to its own table file before Write returns: after a crash it is
+//   all there or not at all, and its bytes are written once.
+// - Checked twice: RocksDB's block checksums and a CRC per record
+//   (record.h). A checkpoint with any record missing, unreadable or failing
+//   its CRC is skipped on read, counted, and the next older one is used.
+// - Disk faults (full disk, unwritable directory) fail Write with the
+//   error; the store stays usable and retries (RocksDB's Resume) next time.
+//
+// Thread-safe: Write from a writer thread while others List or Read.
+#ifndef HETPS_LIB_STORAGE_CHECKPOINT_STORE_H_
+#define HETPS_LIB_STORAGE_CHECKPOINT_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace rocksdb {
+class DB;
+class Env;
+}  // namespace rocksdb
+
+namespace hetps {
+namespace storage {
+
+// Bounds on what is read back (a record claiming more is refused).
+constexpr size_t kJobIdBytesMax = 128;
+constexpr size_t kSpecBytesMax = 1 << 20;
+constexpr uint32_t kChunksMax = 1 << 20;
+constexpr uint32_t kSlotsMax = 2;  // SGD momentum: 1; Adam: 2
+
+struct ChunkState {
+  uint32_t chunk_id = 0;
+  uint64_t offset = 0;                    // first element in the model's flat vector
+  std::vector<float> params;              // the chunk's parameters
+  std::vector<std::vector<float>> slots;  // optimizer state, each params.size() long
+};
+
+struct Checkpoint {
+  std::string job_id;  // [A-Za-z0-9._-], 1 to kJobIdBytesMax
+  uint32_t server_index = 0;
+  uint64_t round = 0;            // rounds applied: training resumes at this round
+  uint64_t optimizer_steps = 0;  // OptimizerState::steps()
+  std::string spec;              // the job spec's text
+  uint64_t written_unix_ms = 0;  // set by Write
+  std::vector<ChunkState> chunks;
+};
+
+// What List says of a stored checkpoint (read from its meta record only).
+struct CheckpointInfo {
+  std::string job_id;
+  uint32_t server_index = 0;
+  uint64_t round = 0;
+  uint64_t written_unix_ms = 0;
+  uint32_t chunks = 0;
+  uint64_t bytes = 0;  // the values' sizes
+};
+
+struct CheckpointStoreConfig {
+  std::string dir;         // created if missing
+  uint32_t keep_last = 3;  // per (job, server); at least 1
+  // Tests: a RocksDB Env over a fault-injecting file system. Not owned.
+  rocksdb::Env* env = nullptr;
+};
+
+struct ReadStats {
+  uint32_t skipped = 0;          // newer checkpoints that failed their checks
+  std::vector<std::string> why;  // one line each
+};
+
+class CheckpointStore {
+ public:
+  static absl::StatusOr<std::unique_ptr<CheckpointStore>> Open(const CheckpointStoreConfig& config);
+  ~CheckpointStore();
+  CheckpointStore(const CheckpointStore&) = delete;
+  CheckpointStore& operator=(const CheckpointStore&) = delete;
+
+  // Saves `c` (replacing one of the same job, server and round) and removes
+  // that job and server's checkpoints beyond the keep_last newest, in one
+  // atomic write. InvalidArgument for a malformed checkpoint; the disk's
+  // error otherwise.
+  absl::Status Write(const Checkpoint& c);
+
+  // The newest checkpoint of (job, server) that passes every check; newer
+  // ones that fail are counted and described in *stats. NotFound when none.
+  absl::StatusOr<Checkpoint> ReadNewest(const std::string& job_id, uint32_t server_index,
+                                        ReadStats* stats = nullptr);
+  // One checkpoint; NotFound, or why it fails its checks (DataLoss).
+  absl::StatusOr<Checkpoint> Read(const std::string& job_id, uint32_t server_index, uint64_t round);
+  // A job's checkpoints, every server, newest round first.
+  absl::StatusOr<std::vector<CheckpointInfo>> List(const std::string& job_id);
+
+  const std::string& dir() const { return config_.dir; }
+
+ private:
+  CheckpointStore(const CheckpointStoreConfig& config, rocksdb::DB* db);
+  static absl::StatusOr<rocksdb::DB*> OpenDb(const CheckpointStoreConfig& config);
+  absl::StatusOr<std::vector<uint64_t>> Rounds(const std::string& job_id, uint32_t server_index)
+      ABSL_LOCKS_EXCLUDED(db_mu_);
+  // After a failed write: RocksDB's Resume, or else the database closed and
+  // opened again (a failed flush without the WAL cannot always be resumed).
+  absl::Status Recover() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) ABSL_LOCKS_EXCLUDED(db_mu_);
+
+  const CheckpointStoreConfig config_;
+  absl::Mutex write_mu_;  // one Write at a time
+  bool failed_ ABSL_GUARDED_BY(write_mu_) = false;
+  // Readers share it; only Recover's reopen takes it exclusively.
+  mutable absl::Mutex db_mu_ ABSL_ACQUIRED_AFTER(write_mu_);
+  std::unique_ptr<rocksdb::DB> db_ ABSL_GUARDED_BY(db_mu_);
+};
+
+// The key prefix of (job, server[, round]) (docs/storage-format.md).
+std::string CheckpointPrefix(const std::string& job_id, uint32_t server_index);
+std::string CheckpointPrefix(const std::string& job_id, uint32_t server_index, uint64_t round);
+absl::Status ValidateJobId(const std::string& job_id);
+
+}  // namespace storage
+}  // namespace hetps
+
+#endif  // HETPS_LIB_STORAGE_CHECKPOINT_STORE_H_

@@ -1,0 +1,307 @@
+// CheckpointStore over a real RocksDB in the test's temporary directory:
+// round trip, keep_last, reopening, and the faults it must survive: a
+// record changed behind RocksDB's back (our CRC), bytes flipped in the
+// newest table file (RocksDB's checksums), a full disk (a file system that
+// refuses new files), a directory that cannot be one.
+#include "lib/storage/checkpoint_store.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "lib/storage/record.h"
+
+namespace hetps {
+namespace storage {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempDir() {
+  const char* base = getenv("TEST_TMPDIR");
+  std::string t = absl::StrCat(base != nullptr ? base : "/tmp", "/ckpt.XXXXXX");
+  REQUIRE(mkdtemp(t.data()) != nullptr);
+  return t;
+}
+
+// A checkpoint whose values depend on (round, chunk, element).
+Checkpoint Make(uint64_t round, uint32_t chunks = 3, uint32_t slots = 1, size_t floats = 1000) {
+  Checkpoint c;
+  c.job_id = "job-20261124-1";
+  c.server_index = 1;
+  c.round = round;
+  c.optimizer_steps = round;
+  c.spec = "name: t\nmodel: mlp\n";
+  for (uint32_t k = 0; k < chunks; ++k) {
+    ChunkState ch;
+    ch.chunk_id = 10 + k;
+    ch.offset = uint64_t(k) * floats;
+    ch.params.resize(floats);
+    for (size_t i = 0; i < floats; ++i)
+      ch.params[i] = float(round) + float(k) / 8 + float(i) / 4096;
+    for (uint32_t s = 0; s < slots; ++s) {
+      ch.slots.push_back(std::vector<float>(floats, float(s + 1) * 0.5f + float(round)));
+    }
+    c.chunks.push_back(std::move(ch));
+  }
+  return c;
+}
+
+void CheckSame(const Checkpoint& a, const Checkpoint& b) {
+  CHECK(a.job_id == b.job_id);
+  CHECK(a.server_index == b.server_index);
+  CHECK(a.round == b.round);
+  CHECK(a.optimizer_steps == b.optimizer_steps);
+  CHECK(a.spec == b.spec);
+  REQUIRE(a.chunks.size() == b.chunks.size());
+  for (size_t k = 0; k < a.chunks.size(); ++k) {
+    CHECK(a.chunks[k].chunk_id == b.chunks[k].chunk_id);
+    CHECK(a.chunks[k].offset == b.chunks[k].offset);
+    CHECK(a.chunks[k].params == b.chunks[k].params);
+    CHECK(a.chunks[k].slots == b.chunks[k].slots);
+  }
+}
+
+std::unique_ptr<CheckpointStore> OpenAt(const std::string& dir, uint32_t keep = 3,
+                                        rocksdb::Env* env = nullptr) {
+  CheckpointStoreConfig cfg;
+  cfg.dir = dir;
+  cfg.keep_last = keep;
+  cfg.env = env;
+  auto s = CheckpointStore::Open(cfg);
+  REQUIRE(s.ok());
+  return std::move(*s);
+}
+
+TEST_CASE("a checkpoint reads back bit for bit, SGD and Adam", "[storage]") {
+  auto store = OpenAt(TempDir());
+  for (uint32_t slots : {0u, 1u, 2u}) {
+    Checkpoint c = Make(5 + slots, 4, slots);
+    c.server_index = slots;
+    REQUIRE(store->Write(c).ok());
+    auto back = store->ReadNewest(c.job_id, slots);
+    REQUIRE(back.ok());
+    CheckSame(*back, c);
+    CHECK(back->written_unix_ms > 0);
+  }
+  auto list = store->List("job-20261124-1");
+  REQUIRE(list.ok());
+  REQUIRE(list->size() == 3);
+  CHECK((*list)[0].round == 7);  // newest first
+  CHECK((*list)[0].chunks == 4);
+  CHECK((*list)[0].bytes > 4 * 1000 * 4 * 3);
+  CHECK(store->ReadNewest("another-job", 0).status().code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("only the keep_last newest stay; a rewritten round replaces all its chunks",
+          "[storage]") {
+  const std::string dir = TempDir();
+  {
+    auto store = OpenAt(dir, 2);
+    for (uint64_t r = 1; r <= 5; ++r) REQUIRE(store->Write(Make(r)).ok());
+    auto list = store->List("job-20261124-1");
+    REQUIRE(list.ok());
+    REQUIRE(list->size() == 2);
+    CHECK((*list)[0].round == 5);
+    CHECK((*list)[1].round == 4);
+    CHECK(store->Read("job-20261124-1", 1, 3).status().code() == absl::StatusCode::kNotFound);
+    // Round 5 again, with one chunk instead of three.
+    REQUIRE(store->Write(Make(5, 1)).ok());
+    auto five = store->Read("job-20261124-1", 1, 5);
+    REQUIRE(five.ok());
+    CHECK(five->chunks.size() == 1);
+  }
+  // Reopened: still there.
+  auto store = OpenAt(dir, 2);
+  auto back = store->ReadNewest("job-20261124-1", 1);
+  REQUIRE(back.ok());
+  CheckSame(*back, Make(5, 1));
+}
+
+TEST_CASE("a record changed behind RocksDB's back fails its CRC; the previous one is used",
+          "[storage]") {
+  const std::string dir = TempDir();
+  {
+    auto store = OpenAt(dir);
+    REQUIRE(store->Write(Make(1)).ok());
+    REQUIRE(store->Write(Make(2)).ok());
+  }
+  {
+    // Rewrite round 2's middle chunk with one payload bit flipped: RocksDB
+    // stores it faithfully, only our CRC can tell.
+    rocksdb::DB* raw = nullptr;
+    rocksdb::Options o;
+    REQUIRE(rocksdb::DB::Open(o, dir, &raw).ok());
+    const std::string key = "d/job-20261124-1/00000001/0000000000000002/0000000b";
+    std::string v;
+    REQUIRE(raw->Get(rocksdb::ReadOptions(), key, &v).ok());
+    v[v.size() / 2] ^= 0x04;
+    REQUIRE(raw->Put(rocksdb::WriteOptions(), key, v).ok());
+    delete raw;
+  }
+  auto store = OpenAt(dir);
+  ReadStats stats;
+  auto back = store->ReadNewest("job-20261124-1", 1, &stats);
+  REQUIRE(back.ok());
+  CHECK(back->round == 1);
+  CHECK(stats.skipped == 1);
+  REQUIRE(stats.why.size() == 1);
+  CHECK(stats.why[0].find("CRC") != std::string::npos);
+  CHECK(store->Read("job-20261124-1", 1, 2).status().code() == absl::StatusCode::kDataLoss);
+}
+
+TEST_CASE("bytes flipped in the newest table file: detected, the previous checkpoint used",
+          "[storage]") {
+  const std::string dir = TempDir();
+  {
+    auto store = OpenAt(dir);
+    REQUIRE(store->Write(Make(1, 3, 1, 20000)).ok());
+    REQUIRE(store->Write(Make(2, 3, 1, 20000)).ok());
+  }
+  // Each Write flushes its own table file: the highest-numbered one holds
+  // round 2. Its data blocks come first; flip a byte a third of the way in.
+  fs::path newest;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() == ".sst" && (newest.empty() || e.path() > newest)) newest = e.path();
+  }
+  REQUIRE(!newest.empty());
+  const auto size = fs::file_size(newest);
+  {
+    std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(size / 3);
+    char b = 0;
+    f.read(&b, 1);
+    b ^= 0x20;
+    f.seekp(size / 3);
+    f.write(&b, 1);
+  }
+  auto store = OpenAt(dir);
+  ReadStats stats;
+  auto back = store->ReadNewest("job-20261124-1", 1, &stats);
+  REQUIRE(back.ok());
+  CHECK(back->round == 1);
+  CheckSame(*back, Make(1, 3, 1, 20000));
+  CHECK(stats.skipped == 1);
+}
+
+// Refuses to create table files while `fault` is set: what a full disk or
+// a directory gone read-only does to a flush.
+class FaultyDisk : public rocksdb::FileSystemWrapper {
+ public:
+  enum Fault { kNone, kNoSpace, kIoError };
+  explicit FaultyDisk(const std::shared_ptr<rocksdb::FileSystem>& base) : FileSystemWrapper(base) {}
+  const char* Name() const override { return "FaultyDisk"; }
+  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                    rocksdb::IODebugContext* d) override {
+    if (f.size() > 4 && f.substr(f.size() - 4) == ".sst") {
+      if (fault == kNoSpace) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
+      if (fault == kIoError) return rocksdb::IOStatus::IOError("injected: read-only file system");
+    }
+    return target()->NewWritableFile(f, o, r, d);
+  }
+  std::atomic<Fault> fault{kNone};
+};
+
+TEST_CASE("a full disk fails the write with its reason; what was written stays", "[storage]") {
+  auto disk = std::make_shared<FaultyDisk>(rocksdb::FileSystem::Default());
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(disk);
+  const std::string dir = TempDir();
+  {
+    auto store = OpenAt(dir, 3, env.get());
+    REQUIRE(store->Write(Make(1)).ok());
+    disk->fault = FaultyDisk::kNoSpace;
+    const absl::Status s = store->Write(Make(2));
+    CHECK(s.code() == absl::StatusCode::kUnavailable);
+    CHECK(s.message().find("no space") != std::string::npos);
+    CHECK(store->Read("job-20261124-1", 1, 1).ok());
+    disk->fault = FaultyDisk::kNone;
+  }
+  // What a restart finds: round 1 whole, round 2 not at all.
+  auto store = OpenAt(dir);
+  auto back = store->ReadNewest("job-20261124-1", 1);
+  REQUIRE(back.ok());
+  CheckSame(*back, Make(1));
+  CHECK(store->Read("job-20261124-1", 1, 2).status().code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("after a failed write the next one resumes the store", "[storage]") {
+  auto disk = std::make_shared<FaultyDisk>(rocksdb::FileSystem::Default());
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(disk);
+  const std::string dir = TempDir();
+  {
+    auto store = OpenAt(dir, 3, env.get());
+    REQUIRE(store->Write(Make(1)).ok());
+    disk->fault = FaultyDisk::kIoError;
+    const absl::Status s = store->Write(Make(2));
+    CHECK(s.code() == absl::StatusCode::kUnavailable);
+    CHECK(s.message().find("read-only") != std::string::npos);
+    disk->fault = FaultyDisk::kNone;
+    const absl::Status again = store->Write(Make(3));
+    INFO(again.ToString());
+    REQUIRE(again.ok());
+  }
+  auto store = OpenAt(dir);
+  auto back = store->ReadNewest("job-20261124-1", 1);
+  REQUIRE(back.ok());
+  CHECK(back->round == 3);
+}
+
+TEST_CASE("a directory that cannot be made, and malformed checkpoints, are refused", "[storage]") {
+  const std::string dir = TempDir();
+  { std::ofstream(dir + "/file") << "x"; }
+  CheckpointStoreConfig cfg;
+  cfg.dir = dir + "/file/sub";
+  CHECK(!CheckpointStore::Open(cfg).ok());
+  cfg.dir = "";
+  CHECK(CheckpointStore::Open(cfg).status().code() == absl::StatusCode::kInvalidArgument);
+
+  auto store = OpenAt(dir + "/db");
+  Checkpoint c = Make(1);
+  c.job_id = "../etc";
+  CHECK(store->Write(c).code() == absl::StatusCode::kInvalidArgument);
+  c = Make(1);
+  c.chunks[0].slots[0].pop_back();
+  CHECK(store->Write(c).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(store->ReadNewest("a/b", 0).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("a meta record claiming a million chunks in a few bytes is refused", "[storage]") {
+  const std::string dir = TempDir();
+  {
+    rocksdb::DB* raw = nullptr;
+    rocksdb::Options o;
+    o.create_if_missing = true;
+    REQUIRE(rocksdb::DB::Open(o, dir, &raw).ok());
+    ByteWriter w;
+    w.String("job-x");
+    w.U32(0);
+    w.U64(4);
+    w.U64(4);
+    w.U64(0);
+    w.String("");
+    w.U32(kChunksMax);  // and no entries follow
+    REQUIRE(raw->Put(rocksdb::WriteOptions(), "m/job-x/00000000/0000000000000004",
+                     EncodeRecord(RecordKind::kMeta, w.bytes()))
+                .ok());
+    delete raw;
+  }
+  auto store = OpenAt(dir);
+  ReadStats stats;
+  CHECK(store->ReadNewest("job-x", 0, &stats).status().code() == absl::StatusCode::kNotFound);
+  CHECK(stats.skipped == 1);
+  CHECK(store->Read("job-x", 0, 4).status().code() == absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace storage
+}  // namespace hetps
