@@ -2,6 +2,7 @@
 
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
+#include <rocksdb/sst_file_writer.h>
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
@@ -99,14 +100,12 @@ absl::StatusOr<Meta> ParseMeta(std::string_view payload) {
   return m;
 }
 
-std::string ChunkPayload(const ChunkState& ch) {
-  ByteWriter w;
-  w.U32(ch.chunk_id);
-  w.U64(ch.offset);
-  w.U8(static_cast<uint8_t>(ch.slots.size()));
-  w.Floats(ch.params);
-  for (const auto& s : ch.slots) w.Floats(s);
-  return w.Take();
+void ChunkPayload(const ChunkState& ch, ByteWriter* w) {
+  w->U32(ch.chunk_id);
+  w->U64(ch.offset);
+  w->U8(static_cast<uint8_t>(ch.slots.size()));
+  w->Floats(ch.params);
+  for (const auto& s : ch.slots) w->Floats(s);
 }
 
 absl::StatusOr<ChunkState> ParseChunk(std::string_view payload, const MetaChunk& want) {
@@ -151,6 +150,12 @@ absl::Status ValidateCheckpoint(const Checkpoint& c) {
   RETURN_IF_ERROR(ValidateJobId(c.job_id));
   if (c.spec.size() > kSpecBytesMax) return absl::InvalidArgumentError("job spec too large");
   if (c.chunks.size() > kChunksMax) return absl::InvalidArgumentError("too many chunks");
+  std::vector<uint32_t> ids;
+  for (const ChunkState& ch : c.chunks) ids.push_back(ch.chunk_id);
+  std::sort(ids.begin(), ids.end());
+  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) {
+    return absl::InvalidArgumentError("a chunk id appears twice");
+  }
   for (const ChunkState& ch : c.chunks) {
     if (ch.slots.size() > kSlotsMax) return absl::InvalidArgumentError("too many optimizer slots");
     for (const auto& s : ch.slots) {
@@ -186,29 +191,33 @@ std::string CheckpointPrefix(const std::string& job_id, uint32_t server_index, u
   return Key('m', job_id, server_index, round);
 }
 
-CheckpointStore::CheckpointStore(const CheckpointStoreConfig& config, rocksdb::DB* db)
-    : config_(config), db_(db) {}
+CheckpointStore::CheckpointStore(const CheckpointStoreConfig& config,
+                                 const rocksdb::Options& options, rocksdb::DB* db)
+    : config_(config), options_(options), db_(db) {}
 
 CheckpointStore::~CheckpointStore() {
   absl::MutexLock lock(&db_mu_);
   if (db_ != nullptr) db_->Close().PermitUncheckedError();
 }
 
-absl::StatusOr<rocksdb::DB*> CheckpointStore::OpenDb(const CheckpointStoreConfig& config) {
+rocksdb::Options CheckpointStore::MakeOptions(const CheckpointStoreConfig& config) {
   rocksdb::Options o;
   o.create_if_missing = true;
   o.paranoid_checks = true;
   o.compression = rocksdb::kNoCompression;  // floats do not compress
-  // Checkpoints are flushed one by one (Write): the memtable holds one.
-  o.write_buffer_size = 64 << 20;
   o.max_background_jobs = 1;
   o.max_open_files = 256;
   o.keep_log_file_num = 2;
-  // Recovery from a failed flush is Write's (Recover), on its thread.
+  // Recovery from a failed write is Write's (Recover), on its thread.
   o.max_bgerror_resume_count = 0;
   if (config.env != nullptr) o.env = config.env;
+  return o;
+}
+
+absl::StatusOr<rocksdb::DB*> CheckpointStore::OpenDb(const rocksdb::Options& options,
+                                                     const std::string& dir) {
   rocksdb::DB* db = nullptr;
-  RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(o, config.dir, &db), "open " + config.dir));
+  RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(options, dir, &db), "open " + dir));
   return db;
 }
 
@@ -216,8 +225,9 @@ absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(
     const CheckpointStoreConfig& config) {
   if (config.dir.empty()) return absl::InvalidArgumentError("checkpoint store: no directory");
   if (config.keep_last == 0) return absl::InvalidArgumentError("checkpoint store: keep_last 0");
-  ASSIGN_OR_RETURN(rocksdb::DB * db, OpenDb(config));
-  return std::unique_ptr<CheckpointStore>(new CheckpointStore(config, db));
+  const rocksdb::Options options = MakeOptions(config);
+  ASSIGN_OR_RETURN(rocksdb::DB * db, OpenDb(options, config.dir));
+  return std::unique_ptr<CheckpointStore>(new CheckpointStore(config, options, db));
 }
 
 absl::Status CheckpointStore::Recover() {
@@ -225,13 +235,13 @@ absl::Status CheckpointStore::Recover() {
     absl::ReaderMutexLock lock(&db_mu_);
     if (db_ != nullptr && db_->Resume().ok()) return absl::OkStatus();
   }
-  // What the failed write left unflushed is dropped with the old handle:
-  // that checkpoint was reported failed and is not on disk. If the open
-  // fails, every call says so until a later Write opens it.
+  // Reopened, RocksDB starts from what is on disk; the failed write was
+  // reported and is not there. If the open fails, every call says so
+  // until a later Write opens it.
   absl::MutexLock lock(&db_mu_);
   if (db_ != nullptr) db_->Close().PermitUncheckedError();
   db_.reset();
-  ASSIGN_OR_RETURN(rocksdb::DB * db, OpenDb(config_));
+  ASSIGN_OR_RETURN(rocksdb::DB * db, OpenDb(options_, config_.dir));
   db_.reset(db);
   return absl::OkStatus();
 }
@@ -262,61 +272,96 @@ absl::StatusOr<std::vector<uint64_t>> CheckpointStore::Rounds(const std::string&
   return rounds;
 }
 
+void CheckpointStore::DeleteRound(rocksdb::WriteBatch* b, const std::string& job, uint32_t srv,
+                                  uint64_t round) {
+  b->Delete(Key('m', job, srv, round));
+  b->Delete(Key('z', job, srv, round));
+  // Every chunk key of the round: '0' is the byte after '/'.
+  b->DeleteRange(Key('d', job, srv, round) + "/", Key('d', job, srv, round) + "0");
+}
+
 absl::Status CheckpointStore::Write(const Checkpoint& given) {
   RETURN_IF_ERROR(ValidateCheckpoint(given));
   absl::MutexLock wlock(&write_mu_);  // pruning reads the rounds, then writes
-  // After a failed write RocksDB refuses more until recovered; with the
+  // After a failed write RocksDB may refuse more until recovered; with the
   // fault still there (or RocksDB recovering from a full disk by itself)
   // this write fails too, with its reason.
   if (failed_) {
     RETURN_IF_ERROR(Recover());
     failed_ = false;
   }
+  failed_ = true;  // until this write is done
   Checkpoint c = given;
   c.written_unix_ms = NowUnixMs();
   const std::string& job = c.job_id;
   const uint32_t srv = c.server_index;
-  rocksdb::WriteBatch b;
-  // Replacing a round: its old chunk records go first (the new checkpoint
-  // may have fewer). Within a batch later operations win.
-  b.DeleteRange(Key('d', job, srv, c.round) + "/", Key('d', job, srv, c.round) + "0");
-  // The keep_last newest stay, this one included.
   ASSIGN_OR_RETURN(std::vector<uint64_t> rounds, Rounds(job, srv));
-  if (std::find(rounds.begin(), rounds.end(), c.round) == rounds.end()) {
-    rounds.push_back(c.round);
-    std::sort(rounds.rbegin(), rounds.rend());
-  }
-  for (size_t i = config_.keep_last; i < rounds.size(); ++i) {
-    const uint64_t r = rounds[i];
-    b.Delete(Key('m', job, srv, r));
-    b.Delete(Key('z', job, srv, r));
-    b.DeleteRange(Key('d', job, srv, r) + "/", Key('d', job, srv, r) + "0");  // '0' follows '/'
-  }
-  const std::string meta = EncodeRecord(RecordKind::kMeta, MetaPayload(c));
-  ASSIGN_OR_RETURN(RecordView mv, DecodeRecord(meta));
-  uint32_t chain = ChainCrc(0, mv.crc);
-  b.Put(Key('m', job, srv, c.round), meta);
-  for (const ChunkState& ch : c.chunks) {
-    const std::string rec = EncodeRecord(RecordKind::kChunk, ChunkPayload(ch));
-    ASSIGN_OR_RETURN(RecordView rv, DecodeRecord(rec));
-    chain = ChainCrc(chain, rv.crc);
-    b.Put(ChunkKey(job, srv, c.round, ch.chunk_id), rec);
-  }
-  b.Put(Key('z', job, srv, c.round),
-        EncodeRecord(RecordKind::kCommit,
-                     CommitPayload(c.round, static_cast<uint32_t>(c.chunks.size()), chain)));
-  rocksdb::WriteOptions wo;
-  // No WAL: the batch goes to the memtable and the flush below writes it to
-  // one table file; a crash before the flush loses it whole.
-  wo.disableWAL = true;
-  rocksdb::FlushOptions fo;
-  fo.wait = true;
   absl::ReaderMutexLock lock(&db_mu_);
   if (db_ == nullptr) return absl::UnavailableError("checkpoint store: not open (reopen failed)");
-  absl::Status s = FromRocks(db_->Write(wo, &b), "write");
-  if (s.ok()) s = FromRocks(db_->Flush(fo), "flush");
-  failed_ = !s.ok();
-  return s;
+  // 1. A round written again goes first, whole: the new one may have fewer
+  //    chunks.
+  if (std::find(rounds.begin(), rounds.end(), c.round) != rounds.end()) {
+    rocksdb::WriteBatch b;
+    DeleteRound(&b, job, srv, c.round);
+    RETURN_IF_ERROR(FromRocks(db_->Write(rocksdb::WriteOptions(), &b), "replace"));
+  }
+  // 2. The checkpoint as one table file, ingested: RocksDB links it in with
+  //    one manifest write, so it is on disk whole or not at all, and its
+  //    bytes are written once (not to a log, a memtable and then a table).
+  //    Keys in order: the chunks (by id), the meta, the commit.
+  const std::string meta = EncodeRecord(RecordKind::kMeta, MetaPayload(c));
+  ASSIGN_OR_RETURN(RecordView mv, DecodeRecord(meta));
+  std::vector<size_t> order(c.chunks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return c.chunks[a].chunk_id < c.chunks[b].chunk_id; });
+  const std::string path =
+      absl::StrFormat("%s/checkpoint-%08x-%016x.sst.tmp", config_.dir, srv, c.round);
+  rocksdb::SstFileWriter w(rocksdb::EnvOptions(), options_);
+  RETURN_IF_ERROR(FromRocks(w.Open(path), "table file"));
+  std::vector<uint32_t> crcs(c.chunks.size());
+  std::string rec;
+  absl::Status s;
+  for (size_t i : order) {
+    const ChunkState& ch = c.chunks[i];
+    rec.clear();
+    BeginRecord(&rec);
+    ByteWriter bw(std::move(rec));
+    ChunkPayload(ch, &bw);
+    rec = bw.Take();
+    crcs[i] = FinishRecord(RecordKind::kChunk, 0, &rec);
+    s = FromRocks(w.Put(ChunkKey(job, srv, c.round, ch.chunk_id), rec), "table file");
+    if (!s.ok()) break;
+  }
+  uint32_t chain = ChainCrc(0, mv.crc);
+  for (uint32_t crc : crcs) chain = ChainCrc(chain, crc);
+  if (s.ok()) s = FromRocks(w.Put(Key('m', job, srv, c.round), meta), "table file");
+  if (s.ok()) {
+    s = FromRocks(w.Put(Key('z', job, srv, c.round),
+                        EncodeRecord(RecordKind::kCommit,
+                                     CommitPayload(c.round, uint32_t(c.chunks.size()), chain))),
+                  "table file");
+  }
+  if (s.ok()) s = FromRocks(w.Finish(), "table file");
+  if (s.ok()) {
+    rocksdb::IngestExternalFileOptions io;
+    io.move_files = true;  // a hard link into the database: no copy
+    s = FromRocks(db_->IngestExternalFile({path}, io), "ingest");
+  }
+  options_.env->DeleteFile(path).PermitUncheckedError();  // moved, or a failed attempt's
+  RETURN_IF_ERROR(s);
+  // 3. Those beyond the keep_last newest. Lost in a crash, they are
+  //    removed by the next write.
+  rounds.push_back(c.round);
+  std::sort(rounds.rbegin(), rounds.rend());
+  rounds.erase(std::unique(rounds.begin(), rounds.end()), rounds.end());
+  if (rounds.size() > config_.keep_last) {
+    rocksdb::WriteBatch b;
+    for (size_t i = config_.keep_last; i < rounds.size(); ++i) DeleteRound(&b, job, srv, rounds[i]);
+    RETURN_IF_ERROR(FromRocks(db_->Write(rocksdb::WriteOptions(), &b), "prune"));
+  }
+  failed_ = false;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Checkpoint> CheckpointStore::Read(const std::string& job_id, uint32_t server_index,

@@ -3,10 +3,9 @@
 // optimizer slots, with the round, the optimizer's step count, the job id
 // and the job spec it was trained under. Format: docs/storage-format.md.
 //
-// - Atomic: a checkpoint is one RocksDB WriteBatch (its records and the
-//   removal of the ones beyond keep_last), written without the WAL and
-//   flushed to its own table file before Write returns: after a crash it is
-//   all there or not at all, and its bytes are written once.
+// - Atomic: a checkpoint is one table file, written and fsynced beside the
+//   database and linked into it by RocksDB's external-file ingestion: after
+//   a crash it is all there or not at all, and its bytes are written once.
 // - Checked twice: RocksDB's block checksums and a CRC per record
 //   (record.h). A checkpoint with any record missing, unreadable or failing
 //   its CRC is skipped on read, counted, and the next older one is used.
@@ -16,6 +15,8 @@
 // Thread-safe: Write from a writer thread while others List or Read.
 #ifndef HETPS_LIB_STORAGE_CHECKPOINT_STORE_H_
 #define HETPS_LIB_STORAGE_CHECKPOINT_STORE_H_
+
+#include <rocksdb/options.h>
 
 #include <cstdint>
 #include <memory>
@@ -28,6 +29,7 @@
 namespace rocksdb {
 class DB;
 class Env;
+class WriteBatch;
 }  // namespace rocksdb
 
 namespace hetps {
@@ -103,15 +105,21 @@ class CheckpointStore {
   const std::string& dir() const { return config_.dir; }
 
  private:
-  CheckpointStore(const CheckpointStoreConfig& config, rocksdb::DB* db);
-  static absl::StatusOr<rocksdb::DB*> OpenDb(const CheckpointStoreConfig& config);
+  CheckpointStore(const CheckpointStoreConfig& config, const rocksdb::Options& options,
+                  rocksdb::DB* db);
+  static rocksdb::Options MakeOptions(const CheckpointStoreConfig& config);
+  static absl::StatusOr<rocksdb::DB*> OpenDb(const rocksdb::Options& options,
+                                             const std::string& dir);
+  static void DeleteRound(rocksdb::WriteBatch* b, const std::string& job, uint32_t srv,
+                          uint64_t round);
   absl::StatusOr<std::vector<uint64_t>> Rounds(const std::string& job_id, uint32_t server_index)
       ABSL_LOCKS_EXCLUDED(db_mu_);
   // After a failed write: RocksDB's Resume, or else the database closed and
-  // opened again (a failed flush without the WAL cannot always be resumed).
+  // opened again (RocksDB cannot resume from every background error).
   absl::Status Recover() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) ABSL_LOCKS_EXCLUDED(db_mu_);
 
   const CheckpointStoreConfig config_;
+  const rocksdb::Options options_;
   absl::Mutex write_mu_;  // one Write at a time
   bool failed_ ABSL_GUARDED_BY(write_mu_) = false;
   // Readers share it; only Recover's reopen takes it exclusively.

@@ -167,7 +167,7 @@ TEST_CASE("bytes flipped in the newest table file: detected, the previous checkp
     REQUIRE(store->Write(Make(1, 3, 1, 20000)).ok());
     REQUIRE(store->Write(Make(2, 3, 1, 20000)).ok());
   }
-  // Each Write flushes its own table file: the highest-numbered one holds
+  // Each Write ingests its own table file: the highest-numbered one holds
   // round 2. Its data blocks come first; flip a byte a third of the way in.
   fs::path newest;
   for (const auto& e : fs::directory_iterator(dir)) {
@@ -193,8 +193,8 @@ TEST_CASE("bytes flipped in the newest table file: detected, the previous checkp
   CHECK(stats.skipped == 1);
 }
 
-// Refuses to create table files while `fault` is set: what a full disk or
-// a directory gone read-only does to a flush.
+// Refuses to create files while `fault` is set: what a full disk or a
+// directory gone read-only does to a write.
 class FaultyDisk : public rocksdb::FileSystemWrapper {
  public:
   enum Fault { kNone, kNoSpace, kIoError };
@@ -203,10 +203,8 @@ class FaultyDisk : public rocksdb::FileSystemWrapper {
   rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
                                     std::unique_ptr<rocksdb::FSWritableFile>* r,
                                     rocksdb::IODebugContext* d) override {
-    if (f.size() > 4 && f.substr(f.size() - 4) == ".sst") {
-      if (fault == kNoSpace) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
-      if (fault == kIoError) return rocksdb::IOStatus::IOError("injected: read-only file system");
-    }
+    if (fault == kNoSpace) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
+    if (fault == kIoError) return rocksdb::IOStatus::IOError("injected: read-only file system");
     return target()->NewWritableFile(f, o, r, d);
   }
   std::atomic<Fault> fault{kNone};

@@ -52,16 +52,29 @@ uint32_t Crc32(std::string_view bytes, uint32_t crc) {
   return static_cast<uint32_t>(c);
 }
 
+void BeginRecord(std::string* out) { out->append(kRecordHeaderBytes, '\0'); }
+
+uint32_t FinishRecord(RecordKind kind, size_t begin, std::string* out) {
+  const std::string_view payload(out->data() + begin + kRecordHeaderBytes,
+                                 out->size() - begin - kRecordHeaderBytes);
+  const uint32_t crc = RecordCrc(static_cast<uint16_t>(kind), payload.size(), payload);
+  std::string head;
+  PutU32(&head, kRecordMagic);
+  PutU16(&head, kFormatVersion);
+  PutU16(&head, static_cast<uint16_t>(kind));
+  PutU64(&head, payload.size());
+  PutU32(&head, crc);
+  PutU32(&head, 0);  // reserved: keeps the payload 8-byte aligned in the record
+  out->replace(begin, kRecordHeaderBytes, head);
+  return crc;
+}
+
 std::string EncodeRecord(RecordKind kind, std::string_view payload) {
   std::string out;
   out.reserve(kRecordHeaderBytes + payload.size());
-  PutU32(&out, kRecordMagic);
-  PutU16(&out, kFormatVersion);
-  PutU16(&out, static_cast<uint16_t>(kind));
-  PutU64(&out, payload.size());
-  PutU32(&out, RecordCrc(static_cast<uint16_t>(kind), payload.size(), payload));
-  PutU32(&out, 0);  // reserved: keeps the payload 8-byte aligned in the record
+  BeginRecord(&out);
   out.append(payload.data(), payload.size());
+  FinishRecord(kind, 0, &out);
   return out;
 }
 

@@ -37,6 +37,12 @@ uint32_t Crc32(std::string_view bytes, uint32_t crc = 0);
 
 std::string EncodeRecord(RecordKind kind, std::string_view payload);
 
+// The same, built in place (no copy of a large payload): BeginRecord
+// leaves room for the header at the end of *out, the caller appends the
+// payload, FinishRecord fills the header in and returns the record's CRC.
+void BeginRecord(std::string* out);
+uint32_t FinishRecord(RecordKind kind, size_t begin, std::string* out);
+
 struct RecordView {
   RecordKind kind;
   std::string_view payload;  // into the bytes given to DecodeRecord
@@ -51,6 +57,9 @@ absl::StatusOr<RecordView> DecodeRecord(std::string_view bytes);
 // Appends little-endian values.
 class ByteWriter {
  public:
+  ByteWriter() = default;
+  // Appends to `initial` (e.g. a record begun with BeginRecord).
+  explicit ByteWriter(std::string initial) : out_(std::move(initial)) {}
   void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
   void U32(uint32_t v);
   void U64(uint64_t v);
