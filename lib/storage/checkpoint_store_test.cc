@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/storage/record.h"
+#include "lib/storage/test_fs.h"
 
 namespace hetps {
 namespace storage {
@@ -192,23 +193,6 @@ TEST_CASE("bytes flipped in the newest table file: detected, the previous checkp
   CheckSame(*back, Make(1, 3, 1, 20000));
   CHECK(stats.skipped == 1);
 }
-
-// Refuses to create files while `fault` is set: what a full disk or a
-// directory gone read-only does to a write.
-class FaultyDisk : public rocksdb::FileSystemWrapper {
- public:
-  enum Fault { kNone, kNoSpace, kIoError };
-  explicit FaultyDisk(const std::shared_ptr<rocksdb::FileSystem>& base) : FileSystemWrapper(base) {}
-  const char* Name() const override { return "FaultyDisk"; }
-  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
-                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
-                                    rocksdb::IODebugContext* d) override {
-    if (fault == kNoSpace) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
-    if (fault == kIoError) return rocksdb::IOStatus::IOError("injected: read-only file system");
-    return target()->NewWritableFile(f, o, r, d);
-  }
-  std::atomic<Fault> fault{kNone};
-};
 
 TEST_CASE("a full disk fails the write with its reason; what was written stays", "[storage]") {
   auto disk = std::make_shared<FaultyDisk>(rocksdb::FileSystem::Default());
