@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "lib/rpc/grpc_util.h"
+#include "lib/storage/checkpoint_store.h"
 #include "tests/testing/cluster.h"
 
 namespace hetps {
@@ -118,6 +120,61 @@ TEST_CASE("A traced job writes each round's timeline on every node") {
       CHECK(l.find("\"pushes\":[{\"submitted\":") != std::string::npos);
     }
   }
+}
+
+// checkpoint_every_rounds with each psd's checkpoint_dir: after the job,
+// each store (opened once its psd has stopped) holds that psd's newest
+// checkpoint: a round the period divides, the optimizer's step count equal
+// to it, the psd's chunks, the job's spec.
+TEST_CASE("A checkpointed job leaves each psd's part in its store") {
+  LocalCluster c("job-ckpt");
+  REQUIRE(c.StartSchedd().ok());
+  for (const char* id : {"psd-0", "psd-1"}) {
+    absl::Status s = c.StartNode("psd", id, {"--checkpoint_dir=" + c.dir() + "/ckpt-" + id});
+    INFO(s.message());
+    REQUIRE(s.ok());
+  }
+  REQUIRE(c.StartNode("workerd", "worker-0", {"--cpu_threads=1"}).ok());
+  REQUIRE(WaitFor([&] { return c.AliveCount() == 4; }, absl::Seconds(15)));
+  const std::string job = WriteJob(
+      c, "job.yaml",
+      "name: ckpt-test\nmodel: mlp\niterations: 20\neval_every: 0\ncheckpoint_every_rounds: 5\n");
+  ProcessResult sub = c.Psctl({"job", "submit", job, "-o", "json"});
+  INFO(sub.stdout_text << sub.stderr_text);
+  REQUIRE(sub.exit_code == 0);
+  v1::JobStatus j;
+  REQUIRE(c.WaitJobEnded(absl::Seconds(120), &j));
+  REQUIRE(j.state() == v1::JOB_STATE_SUCCEEDED);
+  std::vector<uint32_t> servers;
+  for (const char* id : {"psd-0", "psd-1"}) {
+    c.Kill(id, SIGTERM);  // RocksDB allows one process per store
+    REQUIRE(c.WaitExit(id, absl::Seconds(20)) == 0);
+    storage::CheckpointStoreConfig cfg;
+    cfg.dir = c.dir() + "/ckpt-" + id;
+    auto store = storage::CheckpointStore::Open(cfg);
+    REQUIRE(store.ok());
+    auto list = (*store)->List(j.job_id());
+    REQUIRE(list.ok());
+    // The first offer (round 5) finds the writer idle; later ones may find
+    // it busy and be skipped: between 1 and 3 (keep_last) remain.
+    REQUIRE(!list->empty());
+    CHECK(list->size() <= 3);
+    const storage::CheckpointInfo& newest = list->front();
+    INFO(id << " round " << newest.round);
+    CHECK(newest.round % 5 == 0);
+    CHECK(newest.round >= 5);
+    CHECK(newest.round <= 20);
+    servers.push_back(newest.server_index);
+    auto ck = (*store)->ReadNewest(j.job_id(), newest.server_index);
+    REQUIRE(ck.ok());
+    CHECK(ck->round == newest.round);
+    CHECK(ck->optimizer_steps == ck->round);
+    CHECK(!ck->chunks.empty());
+    CHECK(ck->spec.find("checkpoint_every_rounds: 5") != std::string::npos);
+    for (const storage::ChunkState& ch : ck->chunks) CHECK(ch.slots.size() == 1);  // momentum
+  }
+  std::sort(servers.begin(), servers.end());
+  CHECK(servers == std::vector<uint32_t>{0, 1});
 }
 
 TEST_CASE("A killed workerd: rounds close at the deadline, the job finishes with the other") {

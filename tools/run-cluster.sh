@@ -133,8 +133,10 @@ start schedd schedd --listen="$schedd_addr" --metrics_listen="127.0.0.1:$((base_
 i=0
 for node in psd-0 psd-1; do
   i=$((i + 1))
+  # Jobs that set checkpoint_every_rounds checkpoint here.
   start psd "$node" --scheduler="$schedd_addr" --listen=127.0.0.1:0 \
-    --metrics_listen="127.0.0.1:$((base_port + 2400 + i))" "${data_flags[@]}" "${trace[@]}"
+    --metrics_listen="127.0.0.1:$((base_port + 2400 + i))" "${data_flags[@]}" "${trace[@]}" \
+    --checkpoint_dir="$out/$node-checkpoints"
 done
 # Two trainers share this machine's cores: one BLAS thread each.
 for node in worker-0 worker-1; do

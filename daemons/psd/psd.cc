@@ -7,6 +7,8 @@
 #include "lib/base/status_macros.h"
 #include "lib/daemon/job_runner.h"
 #include "lib/ps/shard_server.h"
+#include "lib/storage/checkpoint_store.h"
+#include "lib/storage/checkpoint_writer.h"
 #include "lib/train/model.h"
 
 namespace hetps {
@@ -15,6 +17,12 @@ void DeclarePsdConfig(ConfigSchema* schema, PsdConfig* c) {
   DeclareCommonConfig(schema, &c->common);
   DeclareAgentConfig(schema, &c->agent);
   DeclareDataPlaneConfig(schema, &c->data);
+  schema->String("checkpoint_dir", &c->checkpoint_dir,
+                 "Directory of this psd's checkpoint store (RocksDB; docs/storage-format.md), "
+                 "created if missing. Empty: jobs' checkpoint_every_rounds is ignored, with a "
+                 "warning.");
+  schema->Int("checkpoint_keep", &c->checkpoint_keep, "Checkpoints kept per job (the newest).", 1,
+              1000);
 }
 
 // The psd's part of a job: one ShardServer, started at schedd's word.
@@ -43,6 +51,27 @@ class Psd::Jobs final : public JobRunner {
     round_seconds_ = gauge("psd_round_seconds", "Duration of the last round (open to applied).");
     aggregate_seconds_ =
         gauge("psd_aggregate_seconds", "Aggregation and optimizer time of the last round.");
+    snapshot_seconds_ = gauge("psd_checkpoint_snapshot_seconds",
+                              "The round thread's copy for the newest checkpoint it offered.");
+    checkpoint_round_ = gauge("psd_checkpoint_round", "Round of the newest checkpoint written.");
+    checkpoint_bytes_ =
+        gauge("psd_checkpoint_bytes", "Parameters and optimizer state in the newest checkpoint.");
+    checkpoint_write_seconds_ =
+        gauge("psd_checkpoint_write_seconds", "Time to write the newest checkpoint.");
+    checkpoint_unix_seconds_ = gauge("psd_checkpoint_last_unix_seconds",
+                                     "When the newest checkpoint was written (its age: time() "
+                                     "minus this).");
+    auto& checkpoints = prometheus::BuildCounter()
+                            .Name("psd_checkpoints_total")
+                            .Help(
+                                "Checkpoints by result: written, failed (disk error; training "
+                                "goes on), skipped (the previous still being written), "
+                                "open_failed (the store could not be opened).")
+                            .Register(r);
+    checkpoints_written_ = &checkpoints.Add({{"result", "written"}});
+    checkpoints_failed_ = &checkpoints.Add({{"result", "failed"}});
+    checkpoints_skipped_ = &checkpoints.Add({{"result", "skipped"}});
+    checkpoint_open_failed_ = &checkpoints.Add({{"result", "open_failed"}});
     partial_pushes_ = &prometheus::BuildCounter()
                            .Name("psd_partial_pushes_total")
                            .Help("LTP pushes aggregated with holes (closed early).")
@@ -108,6 +137,14 @@ class Psd::Jobs final : public JobRunner {
                      OpenJobTrace(psd_->config_.data, a.job_id(), psd_->runtime_->node_id()));
     c.trace = trace.get();
     c.trace_node = psd_->runtime_->node_id();
+    c.job_id = a.job_id();
+    if (spec.checkpoint_every_rounds > 0) {
+      c.checkpoints = CheckpointWriterFor(a.job_id());
+      if (c.checkpoints != nullptr) {
+        c.checkpoint_every_rounds = static_cast<uint32_t>(spec.checkpoint_every_rounds);
+        c.spec_text = JobSpecToYaml(spec);
+      }
+    }
     ASSIGN_OR_RETURN(std::unique_ptr<ps::ShardServer> server,
                      ps::ShardServer::Create(c, init, data));
     ASSIGN_OR_RETURN(std::vector<transport::Peer> workers, LiveWorkers(latest));
@@ -177,6 +214,8 @@ class Psd::Jobs final : public JobRunner {
     contributors_->Set(s.last_contributors);
     round_seconds_->Set(s.last_round_ms / 1e3);
     aggregate_seconds_->Set(s.last_aggregate_ms / 1e3);
+    snapshot_seconds_->Set(s.last_snapshot_ms / 1e3);
+    UpdateCheckpointMetrics();
   }
 
   void OnHeartbeatTick() override {
@@ -184,6 +223,55 @@ class Psd::Jobs final : public JobRunner {
   }
 
  private:
+  // The checkpoint writer over this psd's store, opened at the first job
+  // that asks; null (logged) without a checkpoint_dir or when the store
+  // cannot be opened: the job then runs without checkpoints.
+  storage::CheckpointWriter* CheckpointWriterFor(const std::string& job_id) {
+    const std::string& dir = psd_->config_.checkpoint_dir;
+    if (dir.empty()) {
+      logger().Warn("job asks for checkpoints but this psd has no checkpoint_dir: none written",
+                    {{"job_id", job_id}});
+      return nullptr;
+    }
+    absl::MutexLock lock(&mu_);
+    if (writer_ != nullptr) return writer_.get();
+    storage::CheckpointStoreConfig sc;
+    sc.dir = dir;
+    sc.keep_last = static_cast<uint32_t>(psd_->config_.checkpoint_keep);
+    auto store = storage::CheckpointStore::Open(sc);
+    if (!store.ok()) {
+      logger().Error("checkpoint store cannot be opened: the job runs without checkpoints",
+                     {{"job_id", job_id}, {"dir", dir}, {"error", store.status().message()}});
+      checkpoint_open_failed_->Increment();
+      return nullptr;
+    }
+    store_ = std::move(*store);
+    writer_ = std::make_unique<storage::CheckpointWriter>(store_.get());
+    logger().Info("checkpoint store open", {{"dir", dir}});
+    return writer_.get();
+  }
+
+  void UpdateCheckpointMetrics() {
+    storage::CheckpointWriterStats w;
+    {
+      absl::MutexLock lock(&mu_);
+      if (writer_ == nullptr) return;
+      w = writer_->stats();
+    }
+    AdvanceCounter(checkpoints_written_, w.written, &last_checkpoints_.written);
+    AdvanceCounter(checkpoints_failed_, w.failed, &last_checkpoints_.failed);
+    AdvanceCounter(checkpoints_skipped_, w.skipped_busy, &last_checkpoints_.skipped_busy);
+    if (w.failed > last_failure_logged_) {
+      last_failure_logged_ = w.failed;
+      logger().Error("checkpoint write failed; training goes on", {{"error", w.last_error}});
+    }
+    if (w.last_unix_ms == 0) return;
+    checkpoint_round_->Set(double(w.last_round));
+    checkpoint_bytes_->Set(double(w.last_bytes));
+    checkpoint_write_seconds_->Set(w.last_write_ms / 1e3);
+    checkpoint_unix_seconds_->Set(double(w.last_unix_ms) / 1e3);
+  }
+
   static absl::StatusOr<std::vector<transport::Peer>> LiveWorkers(const v1::JobAssignment& a) {
     std::vector<transport::Peer> out;
     for (const v1::JobMember& m : a.workers()) {
@@ -205,6 +293,16 @@ class Psd::Jobs final : public JobRunner {
       *partial_pushes_, *bubble_bytes_;
   prometheus::Family<prometheus::Gauge>* delivered_;
   prometheus::Gauge *iteration_, *contributors_, *round_seconds_, *aggregate_seconds_;
+  // Checkpoints: the store and writer live as long as the daemon (opened
+  // by the first job that asks).
+  std::unique_ptr<storage::CheckpointStore> store_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<storage::CheckpointWriter> writer_ ABSL_GUARDED_BY(mu_);
+  storage::CheckpointWriterStats last_checkpoints_;  // agent thread only
+  uint64_t last_failure_logged_ = 0;                 // agent thread only
+  prometheus::Counter *checkpoints_written_, *checkpoints_failed_, *checkpoints_skipped_,
+      *checkpoint_open_failed_;
+  prometheus::Gauge *checkpoint_round_, *checkpoint_bytes_, *checkpoint_write_seconds_,
+      *checkpoint_unix_seconds_, *snapshot_seconds_;
 };
 
 absl::StatusOr<std::unique_ptr<Psd>> Psd::Create(const PsdConfig& config, const DaemonEnv& env) {

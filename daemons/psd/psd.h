@@ -26,6 +26,10 @@ struct PsdConfig {
   CommonConfig common;
   AgentConfig agent;
   DataPlaneConfig data;
+  // Checkpoints of this psd's part of a job (lib/storage; jobs ask with
+  // checkpoint_every_rounds). Empty: none are written.
+  std::string checkpoint_dir;
+  int64_t checkpoint_keep = 3;  // per job: the newest this many stay
 };
 
 void DeclarePsdConfig(ConfigSchema* schema, PsdConfig* config);

@@ -37,6 +37,10 @@ void Bind(ConfigSchema& s, JobSpec& j) {
   s.Int("eval_samples", &j.eval_samples, "test samples per evaluation", 1, 1'000'000);
   s.Int("round_deadline_ms", &j.round_deadline_ms,
         "a round closes with the workers that arrived by then", 10, 3'600'000);
+  s.Int("checkpoint_every_rounds", &j.checkpoint_every_rounds,
+        "each psd checkpoints its part every this many rounds (0: never; needs the psd's "
+        "checkpoint_dir)",
+        0, 100'000'000);
   s.Enum("backend", &j.backend, "compute backend on workers", {"auto", "cpu", "cuda"});
   s.Enum("transport", &j.transport,
          "data transport: reliable (UDP), ltp (loss-tolerant pushes, Early Close), or tcp "

@@ -38,7 +38,10 @@ struct JobSpec {
   int64_t eval_every = 200;          // iterations between test-set evaluations; 0 = only at the end
   int64_t eval_samples = 10000;      // test samples per evaluation (first N of the test split)
   int64_t round_deadline_ms = 5000;  // a BSP round closes with whoever arrived by then
-  std::string backend = "auto";      // auto | cpu | cuda
+  // Every psd checkpoints its part every this many rounds (into its
+  // checkpoint_dir; a psd without one writes none). 0: no checkpoints.
+  int64_t checkpoint_every_rounds = 0;
+  std::string backend = "auto";  // auto | cpu | cuda
   // Data transport: reliable (UDP, every packet), ltp (loss-tolerant
   // pushes: Early Close, bubble-filling, unbiased aggregation; pull is always
   // reliable) or tcp (kernel TCP with tcp_congestion: the baseline).

@@ -234,6 +234,40 @@ uint64_t ShardServer::ApplyStep(uint32_t t, const std::vector<const float*>& inp
   return partial_elements;
 }
 
+double ShardServer::MaybeCheckpoint(uint32_t t) {
+  const uint32_t every = config_.checkpoint_every_rounds;
+  storage::CheckpointWriter* writer = config_.checkpoints;
+  if (writer == nullptr || every == 0 || (uint64_t(t) + 1) % every != 0 || !writer->Idle()) {
+    return 0;
+  }
+  // A copy: the round thread goes on updating both in place.
+  const auto start = std::chrono::steady_clock::now();
+  storage::Checkpoint c;
+  c.job_id = config_.job_id;
+  c.server_index = config_.server_index;
+  c.round = uint64_t(t) + 1;
+  c.optimizer_steps = optimizer_->steps();
+  c.spec = config_.spec_text;
+  c.chunks.reserve(owned_.size());
+  for (uint32_t id : owned_) {
+    const Chunk ch = layout_.chunk(id);
+    const size_t at = local_.at(id);
+    storage::ChunkState s;
+    s.chunk_id = id;
+    s.offset = ch.offset;
+    s.params.assign(params_.begin() + at, params_.begin() + at + ch.floats);
+    for (size_t k = 0; k < optimizer_->slot_count(); ++k) {
+      const absl::Span<const float> slot = optimizer_->slot(k).subspan(at, ch.floats);
+      s.slots.emplace_back(slot.begin(), slot.end());
+    }
+    c.chunks.push_back(std::move(s));
+  }
+  if (!writer->Offer(std::move(c))) return 0;
+  return std::max(
+      1e-6,
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+}
+
 void ShardServer::Run() {
   using Clock = std::chrono::steady_clock;
   const RealClock* mono = RealClock::Get();  // the endpoint's clock: traces line up
@@ -333,6 +367,7 @@ void ShardServer::Run() {
     if (!inputs.empty()) {
       partial_elements = ApplyStep(t, inputs, missing, partial_pushes > 0, &summed_us);
     }
+    const double snapshot_ms = MaybeCheckpoint(t);
     const auto agg_end = Clock::now();
     if (config_.trace != nullptr) {
       JsonWriter line;
@@ -369,6 +404,10 @@ void ShardServer::Run() {
       ++stats_.rounds_by_membership;
     } else {
       ++stats_.rounds_complete;
+    }
+    if (snapshot_ms > 0) {
+      ++stats_.checkpoints_offered;
+      stats_.last_snapshot_ms = snapshot_ms;
     }
     stats_.last_aggregate_ms =
         std::chrono::duration<double, std::milli>(agg_end - agg_start).count();

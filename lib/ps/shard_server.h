@@ -31,6 +31,7 @@
 #include "lib/base/trace_log.h"
 #include "lib/ps/aggregate.h"
 #include "lib/ps/chunk_map.h"
+#include "lib/storage/checkpoint_writer.h"
 #include "lib/train/optimizer.h"
 #include "lib/transport/tcp_endpoint.h"
 
@@ -53,6 +54,13 @@ struct ShardServerConfig {
   // the server.
   TraceLog* trace = nullptr;
   std::string trace_node;  // the node id the lines name
+  // Checkpoints (lib/storage): every this many rounds, when the writer is
+  // idle, the round thread copies its chunks and optimizer state right
+  // after the step and hands them over. 0: none. Not owned.
+  uint32_t checkpoint_every_rounds = 0;
+  storage::CheckpointWriter* checkpoints = nullptr;
+  std::string job_id;     // what the checkpoints are filed under
+  std::string spec_text;  // the job spec, stored with them
 };
 
 struct ShardServerStats {
@@ -70,6 +78,8 @@ struct ShardServerStats {
   uint64_t partial_elements = 0;  // aggregated over fewer workers than contributed
   std::vector<std::pair<transport::Peer, double>> last_delivered;
   double last_aggregate_ms = 0;
+  uint64_t checkpoints_offered = 0;  // snapshots handed to the writer
+  double last_snapshot_ms = 0;       // the round thread's copy for the newest
   double last_round_ms = 0;
   bool finished = false;
 };
@@ -129,6 +139,9 @@ class ShardServer : public transport::Receiver {
                      const std::vector<std::vector<Range>>& missing, bool bubbles,
                      uint64_t* summed_us);
   std::vector<transport::PacketSpan> OwnedPackets(const float* base) const;
+  // After round t's step: the checkpoint of t + 1 rounds applied, if due
+  // and the writer is idle. Returns the copy's time (0: none taken).
+  double MaybeCheckpoint(uint32_t t);
 
   const ShardServerConfig config_;
   const ChunkLayout layout_;

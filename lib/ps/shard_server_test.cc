@@ -3,6 +3,8 @@
 // missing elements get no update, while delivered ones get exactly theirs.
 #include "lib/ps/shard_server.h"
 
+#include <stdlib.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -59,6 +61,31 @@ class ParamSink : public transport::Receiver {
   bool done_[2] ABSL_GUARDED_BY(mu_) = {false, false};
 };
 
+const Peer kServerAddr{htonl(0x0A000001), htons(7000)};
+const Peer kWorkerAddr{htonl(0x0A000002), htons(7000)};
+
+// A ShardServer on a simulated network in real time (its round thread has
+// its own deadlines), detached from its endpoint before it goes.
+struct SimServer {
+  SimServer(transport::SimNetwork& net, const ShardServerConfig& sc,
+            const std::vector<float>& init) {
+    auto ep =
+        transport::testing::SimEndpoint(net, kServerAddr, sc.endpoint, &mux, RealClock::Get());
+    REQUIRE(ep.ok());
+    endpoint = std::move(*ep);
+    auto s = ShardServer::Create(sc, init, endpoint.get());
+    REQUIRE(s.ok());
+    server = std::move(*s);
+    mux.Set(server.get());
+  }
+  ~SimServer() { mux.Set(nullptr); }
+  ShardServer* operator->() { return server.get(); }
+
+  transport::ReceiverMux mux;
+  std::unique_ptr<transport::Endpoint> endpoint;
+  std::unique_ptr<ShardServer> server;
+};
+
 TEST_CASE("LTP push with 30% loss: whole-packet bubbles, no update where nothing arrived",
           "[shard_server][ltp]") {
   const uint64_t n = 20000;
@@ -84,19 +111,8 @@ TEST_CASE("LTP push with 30% loss: whole-packet bubbles, no update where nothing
   // thread has its own deadlines): the worker's link loses 30% and takes
   // 50 ms one way.
   transport::SimNetwork net(RealClock::Get(), 5);
-  transport::ReceiverMux mux;
-  const Peer server_addr{htonl(0x0A000001), htons(7000)};
-  const Peer worker_addr{htonl(0x0A000002), htons(7000)};
-  auto server_ep =
-      transport::testing::SimEndpoint(net, server_addr, sc.endpoint, &mux, RealClock::Get());
-  REQUIRE(server_ep.ok());
-  auto server = ShardServer::Create(sc, init, server_ep->get());
-  REQUIRE(server.ok());
-  mux.Set(server->get());
-  struct Detach {
-    transport::ReceiverMux* mux;
-    ~Detach() { mux->Set(nullptr); }  // before the server goes
-  } detach{&mux};
+  SimServer server(net, sc, init);
+  const Peer worker_addr = kWorkerAddr;
 
   ParamSink sink(n, chunk);
   EndpointConfig wc;
@@ -112,8 +128,8 @@ TEST_CASE("LTP push with 30% loss: whole-packet bubbles, no update where nothing
   const uint32_t pf = wc.payload_floats();
   REQUIRE(pf == 332);
 
-  (*server)->SetWorkers({(*worker)->local()});
-  (*server)->Start();
+  server->SetWorkers({(*worker)->local()});
+  server->Start();
   REQUIRE(sink.Wait(0, absl::Seconds(20)));
   CHECK(sink.params(0) == init);  // pull: exact despite 30% loss of its ACKs
 
@@ -127,10 +143,10 @@ TEST_CASE("LTP push with 30% loss: whole-packet bubbles, no update where nothing
   }
   transport::SendOptions lossy;
   lossy.loss_tolerant = true;
-  auto h = (*worker)->Send((*server)->local(), 0, std::move(packets), lossy);
+  auto h = (*worker)->Send(server->local(), 0, std::move(packets), lossy);
   REQUIRE(h->Wait(absl::Seconds(20)));
   REQUIRE(sink.Wait(1, absl::Seconds(20)));
-  REQUIRE((*server)->WaitFinished(absl::Seconds(5)));
+  REQUIRE(server->WaitFinished(absl::Seconds(5)));
   const std::vector<float> final = sink.params(1);
 
   // Per packet: every element updated by exactly its gradient, or none.
@@ -151,7 +167,7 @@ TEST_CASE("LTP push with 30% loss: whole-packet bubbles, no update where nothing
       }
     }
   }
-  const ShardServerStats st = (*server)->GetStats();
+  const ShardServerStats st = server->GetStats();
   INFO("packets missing " << packets_missing);
   CHECK(packets_missing > 0);
   CHECK(st.partial_pushes == 1);
@@ -162,6 +178,82 @@ TEST_CASE("LTP push with 30% loss: whole-packet bubbles, no update where nothing
   CHECK(st.last_delivered[0].second >= 0.5);
   CHECK((h->close_reason() == transport::CloseReason::kEarlyFraction ||
          h->close_reason() == transport::CloseReason::kDeadline));
+}
+
+TEST_CASE("a checkpoint after the step holds the broadcast parameters and the momentum",
+          "[shard_server][checkpoint]") {
+  const uint64_t n = 10000;
+  const uint32_t chunk = 4096;
+  const char* tmp = getenv("TEST_TMPDIR");
+  std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/shard-ckpt.XXXXXX";
+  REQUIRE(mkdtemp(dir.data()) != nullptr);
+  storage::CheckpointStoreConfig cfg;
+  cfg.dir = dir;
+  auto store = storage::CheckpointStore::Open(cfg);
+  REQUIRE(store.ok());
+  storage::CheckpointWriter writer(store->get());
+
+  ShardServerConfig sc;
+  sc.num_params = n;
+  sc.chunk_floats = chunk;
+  sc.num_servers = 2;
+  sc.server_index = 1;  // owns some of the 3 chunks
+  sc.total_iterations = 1;
+  sc.optimizer.learning_rate = 0.5f;
+  sc.optimizer.momentum = 0.9f;
+  sc.endpoint.key = transport::testing::TestKey();
+  sc.checkpoint_every_rounds = 1;
+  sc.checkpoints = &writer;
+  sc.job_id = "job-ckpt";
+  sc.spec_text = "model: mlp\n";
+  std::vector<float> init(n);
+  for (uint64_t i = 0; i < n; ++i) init[i] = 0.01f * float(i % 100);
+  transport::SimNetwork net(RealClock::Get(), 9);
+  SimServer server(net, sc, init);
+  const Peer worker_addr = kWorkerAddr;
+  ParamSink sink(n, chunk);
+  EndpointConfig wc;
+  wc.key = transport::testing::TestKey();
+  auto worker = transport::testing::SimEndpoint(net, worker_addr, wc, &sink, RealClock::Get());
+  REQUIRE(worker.ok());
+  server->SetWorkers({(*worker)->local()});
+  server->Start();
+  REQUIRE(sink.Wait(0, absl::Seconds(20)));
+
+  std::vector<float> grad(n);
+  for (uint64_t i = 0; i < n; ++i) grad[i] = 0.25f * float(1 + i % 3);
+  std::vector<transport::PacketSpan> packets;
+  const std::vector<uint32_t> owned = server->owned_chunks();
+  REQUIRE(!owned.empty());
+  for (uint32_t c : owned) {
+    const uint64_t off = uint64_t(c) * chunk;
+    transport::AppendPackets(c, grad.data() + off, uint32_t(std::min<uint64_t>(chunk, n - off)),
+                             wc.payload_floats(), false, &packets);
+  }
+  auto h = (*worker)->Send(server->local(), 0, std::move(packets));
+  REQUIRE(h->Wait(absl::Seconds(20)));
+  REQUIRE(sink.Wait(1, absl::Seconds(20)));
+  REQUIRE(server->WaitFinished(absl::Seconds(5)));
+  writer.Drain();
+  CHECK(writer.stats().written == 1);
+  CHECK(server->GetStats().checkpoints_offered == 1);
+
+  auto c = (*store)->ReadNewest("job-ckpt", 1);
+  REQUIRE(c.ok());
+  CHECK(c->round == 1);
+  CHECK(c->optimizer_steps == 1);
+  CHECK(c->spec == "model: mlp\n");
+  REQUIRE(c->chunks.size() == owned.size());
+  const std::vector<float> final = sink.params(1);
+  for (const storage::ChunkState& ch : c->chunks) {
+    INFO("chunk " << ch.chunk_id);
+    CHECK(ch.offset == uint64_t(ch.chunk_id) * chunk);
+    const size_t len = std::min<uint64_t>(chunk, n - ch.offset);
+    REQUIRE(ch.params.size() == len);
+    CHECK(std::equal(ch.params.begin(), ch.params.end(), final.begin() + ch.offset));
+    REQUIRE(ch.slots.size() == 1);  // SGD: the momentum buffer, = the gradient after one step
+    CHECK(std::equal(ch.slots[0].begin(), ch.slots[0].end(), grad.begin() + ch.offset));
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "lib/storage/checkpoint_store.h"
 
+#include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 #include <rocksdb/sst_file_writer.h>
@@ -19,16 +20,42 @@ namespace hetps {
 namespace storage {
 namespace {
 
-// Keys (docs/storage-format.md): small index records apart from the chunk
-// data, so that listing reads only them.
-//   m/<job>/<server %08x>/<round %016x>             meta
-//   d/<job>/<server %08x>/<round %016x>/<chunk %08x>  chunk
-//   z/<job>/<server %08x>/<round %016x>             commit
-std::string Key(char space, const std::string& job, uint32_t server, uint64_t round) {
-  return absl::StrFormat("%c/%s/%08x/%016x", space, job, server, round);
+// Keys (docs/storage-format.md): one checkpoint's keys are contiguous
+//   c/<job>/<server %08x>/<round %016x>/c<chunk %08x>   chunk
+//   c/<job>/<server %08x>/<round %016x>/m               meta
+//   c/<job>/<server %08x>/<round %016x>/z               commit
+// so each ingested table file covers a key range no other checkpoint
+// overlaps: RocksDB places it without compacting anything.
+std::string RoundPrefix(const std::string& job, uint32_t server, uint64_t round) {
+  return absl::StrFormat("c/%s/%08x/%016x/", job, server, round);
+}
+std::string Key(char kind, const std::string& job, uint32_t server, uint64_t round) {
+  return RoundPrefix(job, server, round) + kind;
 }
 std::string ChunkKey(const std::string& job, uint32_t server, uint64_t round, uint32_t chunk) {
-  return absl::StrFormat("%s/%08x", Key('d', job, server, round), chunk);
+  return absl::StrFormat("%sc%08x", RoundPrefix(job, server, round), chunk);
+}
+// The first key after every key of the round ('0' follows '/').
+std::string RoundEnd(const std::string& job, uint32_t server, uint64_t round) {
+  std::string p = RoundPrefix(job, server, round);
+  p.back() = '0';
+  return p;
+}
+
+// Parses `hex_digits` lowercase hex digits at the start of `s`.
+bool ParseHex(std::string_view s, size_t hex_digits, uint64_t* out) {
+  if (s.size() < hex_digits) return false;
+  uint64_t v = 0;
+  for (size_t i = 0; i < hex_digits; ++i) {
+    const char ch = s[i];
+    const int d = (ch >= '0' && ch <= '9')   ? ch - '0'
+                  : (ch >= 'a' && ch <= 'f') ? ch - 'a' + 10
+                                             : -1;
+    if (d < 0) return false;
+    v = v * 16 + uint64_t(d);
+  }
+  *out = v;
+  return true;
 }
 
 absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
@@ -184,11 +211,11 @@ absl::Status ValidateJobId(const std::string& job_id) {
 }
 
 std::string CheckpointPrefix(const std::string& job_id, uint32_t server_index) {
-  return absl::StrFormat("m/%s/%08x/", job_id, server_index);
+  return absl::StrFormat("c/%s/%08x/", job_id, server_index);
 }
 
 std::string CheckpointPrefix(const std::string& job_id, uint32_t server_index, uint64_t round) {
-  return Key('m', job_id, server_index, round);
+  return RoundPrefix(job_id, server_index, round);
 }
 
 CheckpointStore::CheckpointStore(const CheckpointStoreConfig& config,
@@ -253,19 +280,13 @@ absl::StatusOr<std::vector<uint64_t>> CheckpointStore::Rounds(const std::string&
   absl::ReaderMutexLock lock(&db_mu_);
   if (db_ == nullptr) return absl::UnavailableError("checkpoint store: not open (reopen failed)");
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    const std::string_view tail(it->key().data() + prefix.size(), it->key().size() - prefix.size());
+  // One seek per round: the chunk data between is skipped, not read.
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);) {
     uint64_t round = 0;
-    if (tail.size() != 16) continue;
-    bool ok = true;
-    for (char ch : tail) {
-      const int d = (ch >= '0' && ch <= '9')   ? ch - '0'
-                    : (ch >= 'a' && ch <= 'f') ? ch - 'a' + 10
-                                               : -1;
-      if (d < 0) ok = false;
-      round = round * 16 + uint64_t(std::max(d, 0));
-    }
-    if (ok) rounds.push_back(round);
+    const std::string_view tail(it->key().data() + prefix.size(), it->key().size() - prefix.size());
+    if (!ParseHex(tail, 16, &round)) break;  // not ours: nothing after it is either
+    rounds.push_back(round);
+    it->Seek(RoundEnd(job_id, server_index, round));
   }
   RETURN_IF_ERROR(FromRocks(it->status(), "list"));
   std::sort(rounds.rbegin(), rounds.rend());
@@ -274,10 +295,7 @@ absl::StatusOr<std::vector<uint64_t>> CheckpointStore::Rounds(const std::string&
 
 void CheckpointStore::DeleteRound(rocksdb::WriteBatch* b, const std::string& job, uint32_t srv,
                                   uint64_t round) {
-  b->Delete(Key('m', job, srv, round));
-  b->Delete(Key('z', job, srv, round));
-  // Every chunk key of the round: '0' is the byte after '/'.
-  b->DeleteRange(Key('d', job, srv, round) + "/", Key('d', job, srv, round) + "0");
+  b->DeleteRange(RoundPrefix(job, srv, round), RoundEnd(job, srv, round));
 }
 
 absl::Status CheckpointStore::Write(const Checkpoint& given) {
@@ -359,6 +377,19 @@ absl::Status CheckpointStore::Write(const Checkpoint& given) {
     rocksdb::WriteBatch b;
     for (size_t i = config_.keep_last; i < rounds.size(); ++i) DeleteRound(&b, job, srv, rounds[i]);
     RETURN_IF_ERROR(FromRocks(db_->Write(rocksdb::WriteOptions(), &b), "prune"));
+    // The deletes hide them; their table files (one per checkpoint, over
+    // nothing else) go now rather than at some compaction.
+    std::vector<std::string> bounds;
+    for (size_t i = config_.keep_last; i < rounds.size(); ++i) {
+      bounds.push_back(RoundPrefix(job, srv, rounds[i]));
+      bounds.push_back(RoundEnd(job, srv, rounds[i]));
+    }
+    std::vector<rocksdb::Slice> slices(bounds.begin(), bounds.end());
+    std::vector<rocksdb::RangePtr> ranges;
+    for (size_t k = 0; k < slices.size(); k += 2) ranges.emplace_back(&slices[k], &slices[k + 1]);
+    RETURN_IF_ERROR(FromRocks(rocksdb::DeleteFilesInRanges(db_.get(), db_->DefaultColumnFamily(),
+                                                           ranges.data(), ranges.size(), false),
+                              "prune files"));
   }
   failed_ = false;
   return absl::OkStatus();
@@ -434,27 +465,40 @@ absl::StatusOr<Checkpoint> CheckpointStore::ReadNewest(const std::string& job_id
 
 absl::StatusOr<std::vector<CheckpointInfo>> CheckpointStore::List(const std::string& job_id) {
   RETURN_IF_ERROR(ValidateJobId(job_id));
-  const std::string prefix = absl::StrCat("m/", job_id, "/");
+  const std::string prefix = absl::StrCat("c/", job_id, "/");
   std::vector<CheckpointInfo> out;
   absl::ReaderMutexLock lock(&db_mu_);
   if (db_ == nullptr) return absl::UnavailableError("checkpoint store: not open (reopen failed)");
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    auto mv = DecodeRecord(std::string_view(it->value().data(), it->value().size()));
-    if (!mv.ok()) continue;  // Read reports it, with the reason
-    auto meta = ParseMeta(mv->payload);
-    if (!meta.ok() || meta->head.job_id != job_id) continue;
-    CheckpointInfo info;
-    info.job_id = job_id;
-    info.server_index = meta->head.server_index;
-    info.round = meta->head.round;
-    info.written_unix_ms = meta->head.written_unix_ms;
-    info.chunks = static_cast<uint32_t>(meta->chunks.size());
-    info.bytes = it->value().size() + kRecordHeaderBytes + 16;  // meta and commit
-    for (const MetaChunk& ch : meta->chunks) {
-      info.bytes += kRecordHeaderBytes + 21 + 8 * (1 + ch.slots) + ch.floats * 4 * (1 + ch.slots);
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);) {
+    const std::string_view tail(it->key().data() + prefix.size(), it->key().size() - prefix.size());
+    uint64_t server = 0, round = 0;
+    if (tail.size() < 26 || !ParseHex(tail, 8, &server) || tail[8] != '/' ||
+        !ParseHex(tail.substr(9), 16, &round)) {
+      break;
     }
-    out.push_back(std::move(info));
+    const uint32_t srv = static_cast<uint32_t>(server);
+    std::string value;
+    // Read reports a meta that is missing or fails its checks, with why.
+    if (db_->Get(rocksdb::ReadOptions(), Key('m', job_id, srv, round), &value).ok()) {
+      auto mv = DecodeRecord(value);
+      auto meta = mv.ok() ? ParseMeta(mv->payload) : absl::StatusOr<Meta>(mv.status());
+      if (meta.ok() && meta->head.job_id == job_id) {
+        CheckpointInfo info;
+        info.job_id = job_id;
+        info.server_index = srv;
+        info.round = round;
+        info.written_unix_ms = meta->head.written_unix_ms;
+        info.chunks = static_cast<uint32_t>(meta->chunks.size());
+        info.bytes = value.size() + kRecordHeaderBytes + 16;  // meta and commit
+        for (const MetaChunk& ch : meta->chunks) {
+          info.bytes +=
+              kRecordHeaderBytes + 21 + 8 * (1 + ch.slots) + ch.floats * 4 * (1 + ch.slots);
+        }
+        out.push_back(std::move(info));
+      }
+    }
+    it->Seek(RoundEnd(job_id, srv, round));
   }
   RETURN_IF_ERROR(FromRocks(it->status(), "list"));
   std::sort(out.begin(), out.end(), [](const CheckpointInfo& a, const CheckpointInfo& b) {

@@ -115,6 +115,10 @@ TEST_CASE("only the keep_last newest stay; a rewritten round replaces all its ch
     CHECK((*list)[0].round == 5);
     CHECK((*list)[1].round == 4);
     CHECK(store->Read("job-20261124-1", 1, 3).status().code() == absl::StatusCode::kNotFound);
+    // The pruned checkpoints' table files are gone from the disk too.
+    size_t tables = 0;
+    for (const auto& e : fs::directory_iterator(dir)) tables += e.path().extension() == ".sst";
+    CHECK(tables == 2);
     // Round 5 again, with one chunk instead of three.
     REQUIRE(store->Write(Make(5, 1)).ok());
     auto five = store->Read("job-20261124-1", 1, 5);
@@ -142,7 +146,7 @@ TEST_CASE("a record changed behind RocksDB's back fails its CRC; the previous on
     rocksdb::DB* raw = nullptr;
     rocksdb::Options o;
     REQUIRE(rocksdb::DB::Open(o, dir, &raw).ok());
-    const std::string key = "d/job-20261124-1/00000001/0000000000000002/0000000b";
+    const std::string key = "c/job-20261124-1/00000001/0000000000000002/c0000000b";
     std::string v;
     REQUIRE(raw->Get(rocksdb::ReadOptions(), key, &v).ok());
     v[v.size() / 2] ^= 0x04;
@@ -272,7 +276,7 @@ TEST_CASE("a meta record claiming a million chunks in a few bytes is refused", "
     w.U64(0);
     w.String("");
     w.U32(kChunksMax);  // and no entries follow
-    REQUIRE(raw->Put(rocksdb::WriteOptions(), "m/job-x/00000000/0000000000000004",
+    REQUIRE(raw->Put(rocksdb::WriteOptions(), "c/job-x/00000000/0000000000000004/m",
                      EncodeRecord(RecordKind::kMeta, w.bytes()))
                 .ok());
     delete raw;

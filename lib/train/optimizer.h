@@ -63,6 +63,12 @@ class OptimizerState {
   void BeginStep();
   void Update(size_t offset, absl::Span<float> params, absl::Span<const float> grad);
 
+  // The optimizer's state, for checkpoints: 1 slot for SGD (the momentum
+  // buffer, kept even when momentum is 0), 2 for Adam (first and second
+  // moments), each size() long.
+  size_t slot_count() const { return config_.kind == OptimizerConfig::Kind::kSgd ? 1 : 2; }
+  absl::Span<const float> slot(size_t i) const { return i == 0 ? slot1_ : slot2_; }
+
   size_t size() const { return size_; }
   uint64_t steps() const { return steps_; }
   const OptimizerConfig& config() const { return config_; }
