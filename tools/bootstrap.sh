@@ -11,6 +11,9 @@ PACKAGES=(
   # Control plane and libraries.
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev prometheus-cpp-dev libyaml-cpp-dev zlib1g-dev
+  # sd_notify (READY=1, WATCHDOG=1) for the Type=notify systemd units;
+  # systemd-analyze checks the units (tests/systemd_test.sh).
+  libsystemd-dev systemd
   # Data-plane MAC (AES-GCM), TLS certificates for the control plane.
   libssl-dev openssl libsodium-dev
   # CPU training backend: OpenBLAS sgemm.

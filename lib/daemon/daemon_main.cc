@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "lib/base/escape.h"
 #include "lib/base/log.h"
+#include "lib/daemon/service_notify.h"
 
 namespace hetps {
 
@@ -73,8 +74,17 @@ int RunDaemon(int argc, char** argv, const DaemonSpec& spec) {
   }
   const Logger& log = (*daemon)->runtime().logger();
   absl::Notification& drain = (*daemon)->runtime().drain_requested();
+  // systemd (Type=notify): ready now that it listens; the watchdog is fed
+  // from this loop only, and only while no fatal error is recorded.
+  ServiceNotifier notifier;
+  notifier.Ready(std::string("serving as ") + (*daemon)->runtime().node_id());
+  if (notifier.watchdog_interval() > absl::ZeroDuration()) {
+    log.Info("systemd watchdog",
+             {{"interval_s", absl::ToDoubleSeconds(notifier.watchdog_interval())}});
+  }
   timespec tick{0, 100 * 1000 * 1000};
   while (true) {
+    notifier.Tick((*daemon)->runtime().fatal().ok(), absl::Now());
     int sig = sigtimedwait(&signals, nullptr, &tick);
     if (sig == SIGTERM || sig == SIGINT) {
       log.Info("signal received, draining", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
@@ -82,6 +92,7 @@ int RunDaemon(int argc, char** argv, const DaemonSpec& spec) {
     }
     if (drain.HasBeenNotified()) break;
   }
+  notifier.Stopping("draining");
   const absl::Status fatal = (*daemon)->runtime().fatal();
   (*daemon)->Shutdown();
   if (!fatal.ok()) {
