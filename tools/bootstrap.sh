@@ -23,6 +23,8 @@ PACKAGES=(
   # Tests: Catch2 v2 with Debian's prebuilt main; promtool (prometheus) checks
   # the exposition format; curl scrapes /metrics.
   catch2 prometheus curl
+  # tests/safetensors_test.sh reads a model file with numpy alone.
+  python3-numpy
   # Fuzzing: clang with libFuzzer and the sanitizer runtimes.
   clang-14 libclang-rt-14-dev
   # Network testbed (deploy/testbed): ip netns, tc, nft, iptables (NFQUEUE),
