@@ -7,13 +7,19 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "lib/job/job_spec.h"
+#include "lib/job/local_training.h"
+#include "lib/job/model_file.h"
 #include "lib/rpc/grpc_util.h"
 #include "lib/storage/checkpoint_store.h"
+#include "lib/train/backend.h"
 #include "tests/testing/cluster.h"
 
 namespace hetps {
@@ -175,6 +181,52 @@ TEST_CASE("A checkpointed job leaves each psd's part in its store") {
   }
   std::sort(servers.begin(), servers.end());
   CHECK(servers == std::vector<uint32_t>{0, 1});
+}
+
+// init_from: a model trained in this process (200 iterations), saved as a
+// model file, starts a cluster job whose learning rate is too small to
+// move it: the job ends at that model's accuracy, far from the 10% of the
+// seed's random parameters. A missing file fails the job naming it.
+TEST_CASE("A job starts from a saved model (init_from); a missing one fails it") {
+  LocalCluster c("job-init");
+  JobSpec local;
+  local.iterations = 200;
+  local.eval_every = 0;
+  auto trained = RunLocalTraining(local, 1, 0, [](const TrainingProgress&) {});
+  REQUIRE(trained.ok());
+  const double want = trained->final_eval.accuracy;
+  REQUIRE(want > 0.6);
+  std::unique_ptr<train::Backend> cpu = train::NewCpuBackend();
+  auto spec = train::BuiltinModel("mlp");
+  REQUIRE(spec.ok());
+  auto model = train::Model::Create(*spec, cpu.get(), 1);
+  REQUIRE(model.ok());
+  const std::string file = c.dir() + "/mlp.safetensors";
+  REQUIRE(SaveModelFile(file, **model, trained->params, {"mlp", local.dataset, "local"}).ok());
+
+  StartCluster(c, 1);
+  const std::string job =
+      WriteJob(c, "job.yaml",
+               absl::StrCat("name: init-test\nmodel: mlp\niterations: 10\neval_every: 0\n"
+                            "learning_rate: 0.000001\ninit_from: ",
+                            file, "\n"));
+  ProcessResult sub = c.Psctl({"job", "submit", job, "-o", "json"});
+  INFO(sub.stdout_text << sub.stderr_text);
+  REQUIRE(sub.exit_code == 0);
+  v1::JobStatus j;
+  REQUIRE(c.WaitJobEnded(absl::Seconds(120), &j));
+  INFO(j.message());
+  REQUIRE(j.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(std::abs(j.test_accuracy() - want) <= 0.01);
+
+  const std::string missing = WriteJob(
+      c, "missing.yaml",
+      "name: init-missing\nmodel: mlp\niterations: 10\ninit_from: /nonexistent/m.safetensors\n");
+  ProcessResult sub2 = c.Psctl({"job", "submit", missing, "-o", "json"});
+  REQUIRE(sub2.exit_code == 0);
+  REQUIRE(c.WaitJobEnded(absl::Seconds(120), &j));
+  CHECK(j.state() == v1::JOB_STATE_FAILED);
+  CHECK(j.message().find("/nonexistent/m.safetensors") != std::string::npos);
 }
 
 TEST_CASE("A killed workerd: rounds close at the deadline, the job finishes with the other") {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
 #include "lib/daemon/job_runner.h"
+#include "lib/job/model_file.h"
 #include "lib/ps/shard_server.h"
 #include "lib/storage/checkpoint_store.h"
 #include "lib/storage/checkpoint_writer.h"
@@ -112,7 +113,15 @@ class Psd::Jobs final : public JobRunner {
     std::unique_ptr<train::Backend> cpu = train::NewCpuBackend();
     ASSIGN_OR_RETURN(std::unique_ptr<train::Model> model,
                      train::Model::Create(model_spec, cpu.get(), 1));
-    const std::vector<float> init = model->InitialParameters(spec.seed);
+    std::vector<float> init;
+    if (spec.init_from.empty()) {
+      init = model->InitialParameters(spec.seed);
+    } else {
+      // The job fails with the reason (file missing, another model, ...).
+      ASSIGN_OR_RETURN(init, LoadModelFile(spec.init_from, *model));
+      logger().Info("initial parameters from a model file",
+                    {{"job_id", a.job_id()}, {"init_from", spec.init_from}});
+    }
     ASSIGN_OR_RETURN(transport::DataKey key,
                      transport::DataKeyFromBytes(uint8_t(a.data_key_id()), a.data_key()));
     ASSIGN_OR_RETURN(transport::Transport * data,

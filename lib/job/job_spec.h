@@ -41,6 +41,10 @@ struct JobSpec {
   // Every psd checkpoints its part every this many rounds (into its
   // checkpoint_dir; a psd without one writes none). 0: no checkpoints.
   int64_t checkpoint_every_rounds = 0;
+  // A model file (hetps-train --save; lib/job/model_file.h) to start from
+  // instead of the seed's initial parameters; read by every psd, so it
+  // must be on a path each of them can read. Empty: from the seed.
+  std::string init_from;
   std::string backend = "auto";  // auto | cpu | cuda
   // Data transport: reliable (UDP, every packet), ltp (loss-tolerant
   // pushes: Early Close, bubble-filling, unbiased aggregation; pull is always

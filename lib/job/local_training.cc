@@ -7,6 +7,7 @@
 #include "lib/base/status_macros.h"
 #include "lib/data/idx.h"
 #include "lib/data/sampler.h"
+#include "lib/job/model_file.h"
 #include "lib/train/optimizer.h"
 
 namespace hetps {
@@ -37,7 +38,11 @@ absl::StatusOr<LocalTrainingResult> RunLocalTraining(
                           static_cast<uint32_t>(job.batch_size));
   }
   LocalTrainingResult result;
-  result.params = model->InitialParameters(job.seed);
+  if (job.init_from.empty()) {
+    result.params = model->InitialParameters(job.seed);
+  } else {
+    ASSIGN_OR_RETURN(result.params, LoadModelFile(job.init_from, *model));
+  }
   std::vector<float> grad(result.params.size());
   const size_t px = train.pixels_per_image();
   std::vector<float> x(static_cast<size_t>(combined) * px);
