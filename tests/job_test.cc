@@ -131,12 +131,14 @@ TEST_CASE("A traced job writes each round's timeline on every node") {
 // checkpoint_every_rounds with each psd's checkpoint_dir: after the job,
 // each store (opened once its psd has stopped) holds that psd's newest
 // checkpoint: a round the period divides, the optimizer's step count equal
-// to it, the psd's chunks, the job's spec.
+// to it, the psd's chunks, the job's spec. With checkpoint_keep_jobs 0, a
+// first job's checkpoints are gone once a second one starts checkpointing.
 TEST_CASE("A checkpointed job leaves each psd's part in its store") {
   LocalCluster c("job-ckpt");
   REQUIRE(c.StartSchedd().ok());
   for (const char* id : {"psd-0", "psd-1"}) {
-    absl::Status s = c.StartNode("psd", id, {"--checkpoint_dir=" + c.dir() + "/ckpt-" + id});
+    absl::Status s = c.StartNode(
+        "psd", id, {"--checkpoint_dir=" + c.dir() + "/ckpt-" + id, "--checkpoint_keep_jobs=0"});
     INFO(s.message());
     REQUIRE(s.ok());
   }
@@ -145,12 +147,15 @@ TEST_CASE("A checkpointed job leaves each psd's part in its store") {
   const std::string job = WriteJob(
       c, "job.yaml",
       "name: ckpt-test\nmodel: mlp\niterations: 20\neval_every: 0\ncheckpoint_every_rounds: 5\n");
-  ProcessResult sub = c.Psctl({"job", "submit", job, "-o", "json"});
-  INFO(sub.stdout_text << sub.stderr_text);
-  REQUIRE(sub.exit_code == 0);
-  v1::JobStatus j;
-  REQUIRE(c.WaitJobEnded(absl::Seconds(120), &j));
-  REQUIRE(j.state() == v1::JOB_STATE_SUCCEEDED);
+  v1::JobStatus j, first;
+  for (v1::JobStatus* out : {&first, &j}) {
+    ProcessResult sub = c.Psctl({"job", "submit", job, "-o", "json"});
+    INFO(sub.stdout_text << sub.stderr_text);
+    REQUIRE(sub.exit_code == 0);
+    REQUIRE(c.WaitJobEnded(absl::Seconds(120), out));
+    REQUIRE(out->state() == v1::JOB_STATE_SUCCEEDED);
+  }
+  REQUIRE(first.job_id() != j.job_id());
   std::vector<uint32_t> servers;
   for (const char* id : {"psd-0", "psd-1"}) {
     c.Kill(id, SIGTERM);  // RocksDB allows one process per store
@@ -159,6 +164,9 @@ TEST_CASE("A checkpointed job leaves each psd's part in its store") {
     cfg.dir = c.dir() + "/ckpt-" + id;
     auto store = storage::CheckpointStore::Open(cfg);
     REQUIRE(store.ok());
+    auto jobs = (*store)->Jobs();
+    REQUIRE(jobs.ok());
+    CHECK(*jobs == std::vector<std::string>{j.job_id()});  // the first job's removed
     auto list = (*store)->List(j.job_id());
     REQUIRE(list.ok());
     // The first offer (round 5) finds the writer idle; later ones may find

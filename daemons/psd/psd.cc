@@ -24,6 +24,10 @@ void DeclarePsdConfig(ConfigSchema* schema, PsdConfig* c) {
                  "warning.");
   schema->Int("checkpoint_keep", &c->checkpoint_keep, "Checkpoints kept per job (the newest).", 1,
               1000);
+  schema->Int("checkpoint_keep_jobs", &c->checkpoint_keep_jobs,
+              "Earlier jobs whose checkpoints stay (the most recent); a job that starts "
+              "checkpointing removes the others'.",
+              0, 1000);
 }
 
 // The psd's part of a job: one ShardServer, started at schedd's word.
@@ -243,7 +247,10 @@ class Psd::Jobs final : public JobRunner {
       return nullptr;
     }
     absl::MutexLock lock(&mu_);
-    if (writer_ != nullptr) return writer_.get();
+    if (writer_ != nullptr) {
+      PruneJobs(job_id);
+      return writer_.get();
+    }
     storage::CheckpointStoreConfig sc;
     sc.dir = dir;
     sc.keep_last = static_cast<uint32_t>(psd_->config_.checkpoint_keep);
@@ -257,7 +264,22 @@ class Psd::Jobs final : public JobRunner {
     store_ = std::move(*store);
     writer_ = std::make_unique<storage::CheckpointWriter>(store_.get());
     logger().Info("checkpoint store open", {{"dir", dir}});
+    PruneJobs(job_id);
     return writer_.get();
+  }
+
+  // Earlier jobs' checkpoints beyond checkpoint_keep_jobs go, so that a
+  // psd running job after job does not fill its disk.
+  void PruneJobs(const std::string& current) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto removed =
+        store_->KeepJobs(static_cast<size_t>(psd_->config_.checkpoint_keep_jobs), current);
+    if (!removed.ok()) {
+      logger().Warn("old checkpoints not removed", {{"error", removed.status().message()}});
+      return;
+    }
+    for (const std::string& id : *removed) {
+      logger().Info("checkpoints of an earlier job removed", {{"job_id", id}});
+    }
   }
 
   void UpdateCheckpointMetrics() {

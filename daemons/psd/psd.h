@@ -29,7 +29,8 @@ struct PsdConfig {
   // Checkpoints of this psd's part of a job (lib/storage; jobs ask with
   // checkpoint_every_rounds). Empty: none are written.
   std::string checkpoint_dir;
-  int64_t checkpoint_keep = 3;  // per job: the newest this many stay
+  int64_t checkpoint_keep = 3;       // per job: the newest this many stay
+  int64_t checkpoint_keep_jobs = 3;  // jobs besides the running one whose checkpoints stay
 };
 
 void DeclarePsdConfig(ConfigSchema* schema, PsdConfig* config);

@@ -507,5 +507,67 @@ absl::StatusOr<std::vector<CheckpointInfo>> CheckpointStore::List(const std::str
   return out;
 }
 
+absl::StatusOr<std::vector<std::string>> CheckpointStore::Jobs() {
+  std::vector<std::string> ids;
+  {
+    absl::ReaderMutexLock lock(&db_mu_);
+    if (db_ == nullptr) return absl::UnavailableError("checkpoint store: not open (reopen failed)");
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+    // One seek per job: "c/<job>0" is the first key after "c/<job>/...".
+    for (it->Seek("c/"); it->Valid() && it->key().starts_with("c/");) {
+      const std::string_view key(it->key().data() + 2, it->key().size() - 2);
+      const size_t slash = key.find('/');
+      if (slash == std::string_view::npos) break;
+      ids.emplace_back(key.substr(0, slash));
+      it->Seek(absl::StrCat("c/", ids.back(), "0"));
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), "list jobs"));
+  }
+  std::vector<std::pair<uint64_t, std::string>> by_time;
+  for (const std::string& id : ids) {
+    if (!ValidateJobId(id).ok()) continue;
+    ASSIGN_OR_RETURN(std::vector<CheckpointInfo> list, List(id));
+    uint64_t newest = 0;
+    for (const CheckpointInfo& c : list) newest = std::max(newest, c.written_unix_ms);
+    by_time.push_back({newest, id});
+  }
+  std::sort(by_time.rbegin(), by_time.rend());
+  std::vector<std::string> out;
+  for (auto& [t, id] : by_time) out.push_back(std::move(id));
+  return out;
+}
+
+absl::Status CheckpointStore::DeleteJob(const std::string& job_id) {
+  RETURN_IF_ERROR(ValidateJobId(job_id));
+  absl::MutexLock wlock(&write_mu_);
+  absl::ReaderMutexLock lock(&db_mu_);
+  if (db_ == nullptr) return absl::UnavailableError("checkpoint store: not open (reopen failed)");
+  const std::string begin = absl::StrCat("c/", job_id, "/"), end = absl::StrCat("c/", job_id, "0");
+  rocksdb::WriteBatch b;
+  b.DeleteRange(begin, end);
+  RETURN_IF_ERROR(FromRocks(db_->Write(rocksdb::WriteOptions(), &b), "delete job"));
+  const rocksdb::Slice lo(begin), hi(end);
+  return FromRocks(
+      rocksdb::DeleteFilesInRange(db_.get(), db_->DefaultColumnFamily(), &lo, &hi, false),
+      "delete job files");
+}
+
+absl::StatusOr<std::vector<std::string>> CheckpointStore::KeepJobs(size_t keep,
+                                                                   const std::string& current) {
+  ASSIGN_OR_RETURN(std::vector<std::string> jobs, Jobs());
+  std::vector<std::string> removed;
+  size_t kept = 0;
+  for (const std::string& id : jobs) {
+    if (id == current) continue;
+    if (kept < keep) {
+      ++kept;
+      continue;
+    }
+    RETURN_IF_ERROR(DeleteJob(id));
+    removed.push_back(id);
+  }
+  return removed;
+}
+
 }  // namespace storage
 }  // namespace hetps

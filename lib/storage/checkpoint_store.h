@@ -101,6 +101,13 @@ class CheckpointStore {
   absl::StatusOr<Checkpoint> Read(const std::string& job_id, uint32_t server_index, uint64_t round);
   // A job's checkpoints, every server, newest round first.
   absl::StatusOr<std::vector<CheckpointInfo>> List(const std::string& job_id);
+  // The jobs with checkpoints here, the most recently written first.
+  absl::StatusOr<std::vector<std::string>> Jobs();
+  // Removes every checkpoint of a job (and their files).
+  absl::Status DeleteJob(const std::string& job_id);
+  // Removes the checkpoints of all jobs but the `keep` most recently
+  // written and `current`; returns the jobs removed.
+  absl::StatusOr<std::vector<std::string>> KeepJobs(size_t keep, const std::string& current);
 
   const std::string& dir() const { return config_.dir; }
 

@@ -132,6 +132,33 @@ TEST_CASE("only the keep_last newest stay; a rewritten round replaces all its ch
   CheckSame(*back, Make(5, 1));
 }
 
+TEST_CASE("jobs are listed most recent first; KeepJobs removes the older ones' files",
+          "[storage]") {
+  const std::string dir = TempDir();
+  auto store = OpenAt(dir, 2);
+  for (const char* job : {"job-a", "job-b", "job-c"}) {
+    for (uint64_t r = 1; r <= 2; ++r) {
+      Checkpoint c = Make(r);
+      c.job_id = job;
+      REQUIRE(store->Write(c).ok());
+    }
+  }
+  auto jobs = store->Jobs();
+  REQUIRE(jobs.ok());
+  // Written one after another: c is the newest (ties broken by name, also c).
+  REQUIRE(jobs->size() == 3);
+  CHECK((*jobs)[0] == "job-c");
+  auto removed = store->KeepJobs(1, "job-a");
+  REQUIRE(removed.ok());
+  CHECK(*removed == std::vector<std::string>{"job-b"});
+  CHECK(store->ReadNewest("job-b", 1).status().code() == absl::StatusCode::kNotFound);
+  CHECK(store->ReadNewest("job-a", 1).ok());
+  CHECK(store->ReadNewest("job-c", 1).ok());
+  size_t tables = 0;
+  for (const auto& e : fs::directory_iterator(dir)) tables += e.path().extension() == ".sst";
+  CHECK(tables == 4);  // two checkpoints each of job-a and job-c
+}
+
 TEST_CASE("a record changed behind RocksDB's back fails its CRC; the previous one is used",
           "[storage]") {
   const std::string dir = TempDir();
