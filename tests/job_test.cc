@@ -191,6 +191,38 @@ TEST_CASE("A checkpointed job leaves each psd's part in its store") {
   CHECK(servers == std::vector<uint32_t>{0, 1});
 }
 
+// A checkpoint_dir that cannot be a directory (under a regular file): the
+// job trains to the end without checkpoints; the psd says why in its log
+// and counts it in psd_checkpoints_total{result="open_failed"}.
+TEST_CASE("An unusable checkpoint directory: training goes on; logged and counted") {
+  LocalCluster c("job-ckpt-bad");
+  const std::string file = c.dir() + "/not-a-dir";
+  { std::ofstream(file) << "x"; }
+  REQUIRE(c.StartSchedd().ok());
+  for (const char* id : {"psd-0", "psd-1"}) {
+    REQUIRE(c.StartNode("psd", id, {"--checkpoint_dir=" + file + "/ckpt"}).ok());
+  }
+  REQUIRE(c.StartNode("workerd", "worker-0", {"--cpu_threads=1"}).ok());
+  REQUIRE(WaitFor([&] { return c.AliveCount() == 4; }, absl::Seconds(15)));
+  const std::string job = WriteJob(
+      c, "job.yaml",
+      "name: ckpt-bad\nmodel: mlp\niterations: 20\neval_every: 0\ncheckpoint_every_rounds: 5\n");
+  ProcessResult sub = c.Psctl({"job", "submit", job, "-o", "json"});
+  REQUIRE(sub.exit_code == 0);
+  v1::JobStatus j;
+  REQUIRE(c.WaitJobEnded(absl::Seconds(120), &j));
+  INFO(j.message());
+  CHECK(j.state() == v1::JOB_STATE_SUCCEEDED);
+  for (const char* id : {"psd-0", "psd-1"}) {
+    INFO(id);
+    absl::StatusOr<std::string> m = HttpGet(c.node(id).metrics_address, "/metrics");
+    REQUIRE(m.ok());
+    CHECK(m->find("psd_checkpoints_total{result=\"open_failed\"} 1") != std::string::npos);
+    CHECK(c.node(id).process.Stderr().find("checkpoint store cannot be opened") !=
+          std::string::npos);
+  }
+}
+
 // init_from: a model trained in this process (200 iterations), saved as a
 // model file, starts a cluster job whose learning rate is too small to
 // move it: the job ends at that model's accuracy, far from the 10% of the
