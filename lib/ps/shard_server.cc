@@ -59,6 +59,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
   s->push_packets_ = PacketsForChunks(layout, s->owned_, config.endpoint.payload_floats());
   s->aggregate_.resize(std::min(s->floats_, kApplyTileFloats));
   s->optimizer_ = std::make_unique<train::OptimizerState>(optimizer, s->floats_);
+  if (config.resume != nullptr) RETURN_IF_ERROR(s->Restore(*config.resume));
   if (shared != nullptr) {
     s->endpoint_ = shared;
     // This job's Early Close settings for the pushes it receives.
@@ -234,6 +235,37 @@ uint64_t ShardServer::ApplyStep(uint32_t t, const std::vector<const float*>& inp
   return partial_elements;
 }
 
+absl::Status ShardServer::Restore(const storage::Checkpoint& c) {
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard server: checkpoint of round ", c.round, " does not fit: ", why));
+  };
+  if (c.server_index != config_.server_index) return bad("another server's");
+  if (c.round > config_.total_iterations) return bad("past the job's last round");
+  if (c.chunks.size() != owned_.size()) {
+    return bad(absl::StrCat(c.chunks.size(), " chunks, this server owns ", owned_.size()));
+  }
+  const size_t slots = optimizer_->slot_count();
+  for (const storage::ChunkState& ch : c.chunks) {
+    auto local = local_.find(ch.chunk_id);
+    if (local == local_.end()) return bad(absl::StrCat("chunk ", ch.chunk_id, " is not ours"));
+    const Chunk want = layout_.chunk(ch.chunk_id);
+    if (ch.offset != want.offset || ch.params.size() != want.floats || ch.slots.size() != slots) {
+      return bad(absl::StrCat("chunk ", ch.chunk_id, " has another size or optimizer"));
+    }
+    std::copy(ch.params.begin(), ch.params.end(), params_.begin() + local->second);
+    for (size_t k = 0; k < slots; ++k) {
+      std::copy(ch.slots[k].begin(), ch.slots[k].end(),
+                optimizer_->mutable_slot(k).begin() + local->second);
+    }
+  }
+  optimizer_->set_steps(c.optimizer_steps);
+  start_round_ = static_cast<uint32_t>(c.round);
+  absl::MutexLock lock(&mu_);
+  stats_.iteration = start_round_;
+  return absl::OkStatus();
+}
+
 double ShardServer::MaybeCheckpoint(uint32_t t) {
   const uint32_t every = config_.checkpoint_every_rounds;
   storage::CheckpointWriter* writer = config_.checkpoints;
@@ -272,7 +304,7 @@ void ShardServer::Run() {
   using Clock = std::chrono::steady_clock;
   const RealClock* mono = RealClock::Get();  // the endpoint's clock: traces line up
   std::vector<transport::FlowResult> pushes;
-  for (uint32_t t = 0; t < config_.total_iterations && !stop_; ++t) {
+  for (uint32_t t = start_round_; t < config_.total_iterations && !stop_; ++t) {
     const auto round_start = Clock::now();
     const uint64_t start_us = mono->MonotonicMicros();
     uint64_t epoch;

@@ -61,6 +61,10 @@ struct ShardServerConfig {
   storage::CheckpointWriter* checkpoints = nullptr;
   std::string job_id;     // what the checkpoints are filed under
   std::string spec_text;  // the job spec, stored with them
+  // Resume: start at this checkpoint's round with its parameters and
+  // optimizer state instead of round 0 and the initial parameters. It must
+  // hold exactly this server's chunks. Read by Create only; not owned.
+  const storage::Checkpoint* resume = nullptr;
 };
 
 struct ShardServerStats {
@@ -139,6 +143,8 @@ class ShardServer : public transport::Receiver {
                      const std::vector<std::vector<Range>>& missing, bool bubbles,
                      uint64_t* summed_us);
   std::vector<transport::PacketSpan> OwnedPackets(const float* base) const;
+  // Loads `c` (config_.resume) into the parameters and optimizer state.
+  absl::Status Restore(const storage::Checkpoint& c);
   // After round t's step: the checkpoint of t + 1 rounds applied, if due
   // and the writer is idle. Returns the copy's time (0: none taken).
   double MaybeCheckpoint(uint32_t t);
@@ -157,6 +163,7 @@ class ShardServer : public transport::Receiver {
   std::vector<float> broadcast_[2];  // snapshots being sent, double-buffered
   std::vector<std::shared_ptr<transport::SendHandle>> in_flight_[2];
   int64_t snapshot_for_ = -1;     // the iteration whose snapshot ApplyStep took
+  uint32_t start_round_ = 0;      // 0, or the round of the checkpoint resumed from
   std::vector<float> aggregate_;  // the mean gradient: one tile, or all with bubbles
   std::thread thread_;
   std::atomic<bool> stop_{false};

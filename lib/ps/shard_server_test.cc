@@ -26,14 +26,19 @@ using transport::Peer;
 
 constexpr uint64_t kSession = 0xB0BB1E5ull;
 
-// The worker's side: parameters broadcast by the server, by iteration.
+// The worker's side: parameters broadcast by the server, by iteration
+// (0 to iterations - 1).
 class ParamSink : public transport::Receiver {
  public:
-  explicit ParamSink(size_t n, uint32_t chunk_floats) : chunk_floats_(chunk_floats) {
+  ParamSink(size_t n, uint32_t chunk_floats, uint32_t iterations = 2)
+      : chunk_floats_(chunk_floats),
+        iterations_(iterations),
+        params_(iterations),
+        done_(iterations, false) {
     for (auto& b : params_) b.assign(n, std::nanf(""));
   }
   DropReason AcceptFlow(const Peer&, const Header& h) override {
-    return h.iteration < 2 ? DropReason::kNone : DropReason::kUnexpected;
+    return h.iteration < iterations_ ? DropReason::kNone : DropReason::kUnexpected;
   }
   void OnData(const Peer&, const Header& h, const uint8_t* payload) override {
     absl::MutexLock lock(&mu_);
@@ -46,7 +51,7 @@ class ParamSink : public transport::Receiver {
   }
   bool Wait(uint32_t iteration, absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
-    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_[iteration]; };
+    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> bool { return done_[iteration]; };
     return mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
   }
   std::vector<float> params(uint32_t iteration) {
@@ -56,9 +61,10 @@ class ParamSink : public transport::Receiver {
 
  private:
   const uint32_t chunk_floats_;
+  const uint32_t iterations_;
   absl::Mutex mu_;
-  std::vector<float> params_[2] ABSL_GUARDED_BY(mu_);
-  bool done_[2] ABSL_GUARDED_BY(mu_) = {false, false};
+  std::vector<std::vector<float>> params_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> done_ ABSL_GUARDED_BY(mu_);
 };
 
 const Peer kServerAddr{htonl(0x0A000001), htons(7000)};
@@ -67,10 +73,9 @@ const Peer kWorkerAddr{htonl(0x0A000002), htons(7000)};
 // A ShardServer on a simulated network in real time (its round thread has
 // its own deadlines), detached from its endpoint before it goes.
 struct SimServer {
-  SimServer(transport::SimNetwork& net, const ShardServerConfig& sc,
-            const std::vector<float>& init) {
-    auto ep =
-        transport::testing::SimEndpoint(net, kServerAddr, sc.endpoint, &mux, RealClock::Get());
+  SimServer(transport::SimNetwork& net, const ShardServerConfig& sc, const std::vector<float>& init,
+            const Peer& addr = kServerAddr) {
+    auto ep = transport::testing::SimEndpoint(net, addr, sc.endpoint, &mux, RealClock::Get());
     REQUIRE(ep.ok());
     endpoint = std::move(*ep);
     auto s = ShardServer::Create(sc, init, endpoint.get());
@@ -254,6 +259,107 @@ TEST_CASE("a checkpoint after the step holds the broadcast parameters and the mo
     REQUIRE(ch.slots.size() == 1);  // SGD: the momentum buffer, = the gradient after one step
     CHECK(std::equal(ch.slots[0].begin(), ch.slots[0].end(), grad.begin() + ch.offset));
   }
+}
+
+// Pushes `grad` (all chunks: a single server) for `iteration`.
+void PushAll(transport::Endpoint& worker, const Peer& server, uint32_t iteration,
+             const std::vector<float>& grad, uint32_t chunk, uint32_t payload_floats) {
+  std::vector<transport::PacketSpan> packets;
+  for (uint32_t c = 0; uint64_t(c) * chunk < grad.size(); ++c) {
+    const uint64_t off = uint64_t(c) * chunk;
+    transport::AppendPackets(c, grad.data() + off,
+                             uint32_t(std::min<uint64_t>(chunk, grad.size() - off)), payload_floats,
+                             false, &packets);
+  }
+  auto h = worker.Send(server, iteration, std::move(packets));
+  REQUIRE(h->Wait(absl::Seconds(20)));
+}
+
+TEST_CASE("a server resumed from a checkpoint goes on exactly as the first would have",
+          "[shard_server][checkpoint]") {
+  const uint64_t n = 10000;
+  const uint32_t chunk = 4096;
+  const char* tmp = getenv("TEST_TMPDIR");
+  std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/shard-resume.XXXXXX";
+  REQUIRE(mkdtemp(dir.data()) != nullptr);
+  storage::CheckpointStoreConfig cfg;
+  cfg.dir = dir;
+  auto store = storage::CheckpointStore::Open(cfg);
+  REQUIRE(store.ok());
+  storage::CheckpointWriter writer(store->get());
+
+  ShardServerConfig sc;
+  sc.num_params = n;
+  sc.chunk_floats = chunk;
+  sc.total_iterations = 2;
+  sc.optimizer.learning_rate = 0.5f;
+  sc.optimizer.momentum = 0.9f;
+  sc.endpoint.key = transport::testing::TestKey();
+  sc.checkpoint_every_rounds = 1;
+  sc.checkpoints = &writer;
+  sc.job_id = "job-resume";
+  std::vector<float> init(n), g0(n), g1(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    init[i] = 0.01f * float(i % 100);
+    g0[i] = 0.25f * float(1 + i % 3);
+    g1[i] = -0.125f * float(1 + i % 5);
+  }
+  EndpointConfig wc;
+  wc.key = transport::testing::TestKey();
+  transport::SimNetwork net(RealClock::Get(), 11);
+
+  // The first server: rounds 0 and 1, a checkpoint after each.
+  ParamSink first_sink(n, chunk, 3);
+  std::vector<float> after1, after2;
+  {
+    SimServer first(net, sc, init);
+    auto worker =
+        transport::testing::SimEndpoint(net, kWorkerAddr, wc, &first_sink, RealClock::Get());
+    REQUIRE(worker.ok());
+    first->SetWorkers({(*worker)->local()});
+    first->Start();
+    REQUIRE(first_sink.Wait(0, absl::Seconds(20)));
+    PushAll(**worker, first->local(), 0, g0, chunk, wc.payload_floats());
+    REQUIRE(first_sink.Wait(1, absl::Seconds(20)));
+    writer.Drain();  // round 1's checkpoint is written before round 2's offer
+    PushAll(**worker, first->local(), 1, g1, chunk, wc.payload_floats());
+    REQUIRE(first_sink.Wait(2, absl::Seconds(20)));
+    REQUIRE(first->WaitFinished(absl::Seconds(5)));
+    after1 = first_sink.params(1);
+    after2 = first_sink.params(2);
+  }
+  writer.Drain();
+  auto c1 = (*store)->Read("job-resume", 0, 1);
+  REQUIRE(c1.ok());
+
+  // A second server from round 1's checkpoint (no checkpoints of its own).
+  ShardServerConfig resumed = sc;
+  resumed.resume = &*c1;
+  resumed.checkpoints = nullptr;
+  const Peer server2{htonl(0x0A000003), htons(7000)}, worker2{htonl(0x0A000004), htons(7000)};
+  ParamSink sink(n, chunk, 3);
+  SimServer second(net, resumed, init, server2);
+  auto worker = transport::testing::SimEndpoint(net, worker2, wc, &sink, RealClock::Get());
+  REQUIRE(worker.ok());
+  second->SetWorkers({(*worker)->local()});
+  CHECK(second->GetStats().iteration == 1);
+  second->Start();
+  REQUIRE(sink.Wait(1, absl::Seconds(20)));  // round 1 first: nothing of round 0
+  CHECK(sink.params(1) == after1);
+  PushAll(**worker, second->local(), 1, g1, chunk, wc.payload_floats());
+  REQUIRE(sink.Wait(2, absl::Seconds(20)));
+  REQUIRE(second->WaitFinished(absl::Seconds(5)));
+  CHECK(sink.params(2) == after2);  // momentum and step count came back too
+
+  // A checkpoint that is not this server's shape is refused.
+  storage::Checkpoint wrong = *c1;
+  wrong.chunks.pop_back();
+  resumed.resume = &wrong;
+  auto other = transport::testing::SimEndpoint(net, Peer{htonl(0x0A000005), htons(7000)},
+                                               resumed.endpoint, nullptr, RealClock::Get());
+  REQUIRE(other.ok());
+  auto refused = ShardServer::Create(resumed, init, other->get());
+  CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -68,6 +68,11 @@ class OptimizerState {
   // moments), each size() long.
   size_t slot_count() const { return config_.kind == OptimizerConfig::Kind::kSgd ? 1 : 2; }
   absl::Span<const float> slot(size_t i) const { return i == 0 ? slot1_ : slot2_; }
+  // Restoring from a checkpoint: the state written back, and the step
+  // count it was taken at (the learning-rate schedule and Adam's bias
+  // corrections go on from there).
+  absl::Span<float> mutable_slot(size_t i) { return absl::MakeSpan(i == 0 ? slot1_ : slot2_); }
+  void set_steps(uint64_t steps) { steps_ = steps; }
 
   size_t size() const { return size_; }
   uint64_t steps() const { return steps_; }
