@@ -3,19 +3,19 @@
 // naming the difference.
 #include "lib/job/model_file.h"
 
-#include <stdlib.h>
-
 #include <catch2/catch.hpp>
 
+#include "lib/base/test_dir.h"
 #include "lib/storage/safetensors.h"
 #include "lib/train/backend.h"
 
 namespace hetps {
 namespace {
 
+// Files of this test, in one fresh directory.
 std::string TempPath(const std::string& name) {
-  const char* base = getenv("TEST_TMPDIR");
-  return std::string(base != nullptr ? base : "/tmp") + "/" + name;
+  static const std::string dir = MakeTestDir("model-file");
+  return dir + "/" + name;
 }
 
 std::unique_ptr<train::Model> Build(const std::string& name, train::Backend* backend) {

@@ -3,13 +3,12 @@
 // missing elements get no update, while delivered ones get exactly theirs.
 #include "lib/ps/shard_server.h"
 
-#include <stdlib.h>
-
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 
 #include "absl/synchronization/mutex.h"
+#include "lib/base/test_dir.h"
 #include "lib/transport/receiver_mux.h"
 #include "lib/transport/test_flows.h"
 
@@ -185,31 +184,63 @@ TEST_CASE("LTP push with 30% loss: whole-packet bubbles, no update where nothing
          h->close_reason() == transport::CloseReason::kDeadline));
 }
 
-TEST_CASE("a checkpoint after the step holds the broadcast parameters and the momentum",
-          "[shard_server][checkpoint]") {
-  const uint64_t n = 10000;
-  const uint32_t chunk = 4096;
-  const char* tmp = getenv("TEST_TMPDIR");
-  std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/shard-ckpt.XXXXXX";
-  REQUIRE(mkdtemp(dir.data()) != nullptr);
-  storage::CheckpointStoreConfig cfg;
-  cfg.dir = dir;
-  auto store = storage::CheckpointStore::Open(cfg);
-  REQUIRE(store.ok());
-  storage::CheckpointWriter writer(store->get());
+// A checkpoint store in a fresh directory, and a writer over it.
+struct Checkpoints {
+  Checkpoints() {
+    storage::CheckpointStoreConfig cfg;
+    cfg.dir = MakeTestDir("shard-ckpt");
+    auto s = storage::CheckpointStore::Open(cfg);
+    REQUIRE(s.ok());
+    store = std::move(*s);
+    writer = std::make_unique<storage::CheckpointWriter>(store.get());
+  }
+  std::unique_ptr<storage::CheckpointStore> store;
+  std::unique_ptr<storage::CheckpointWriter> writer;  // goes before the store
+};
 
+// SGD with momentum over `n` floats in 4096-float chunks, checkpointing
+// every round through `writer` under `job_id`.
+ShardServerConfig CheckpointingConfig(uint64_t n, storage::CheckpointWriter* writer,
+                                      const std::string& job_id) {
   ShardServerConfig sc;
   sc.num_params = n;
-  sc.chunk_floats = chunk;
-  sc.num_servers = 2;
-  sc.server_index = 1;  // owns some of the 3 chunks
-  sc.total_iterations = 1;
+  sc.chunk_floats = 4096;
   sc.optimizer.learning_rate = 0.5f;
   sc.optimizer.momentum = 0.9f;
   sc.endpoint.key = transport::testing::TestKey();
   sc.checkpoint_every_rounds = 1;
-  sc.checkpoints = &writer;
-  sc.job_id = "job-ckpt";
+  sc.checkpoints = writer;
+  sc.job_id = job_id;
+  return sc;
+}
+
+// Pushes `grad`'s `chunks` (of `chunk` floats) for `iteration` and waits
+// for the flow to end.
+void PushChunks(transport::Endpoint& worker, const Peer& server, uint32_t iteration,
+                const std::vector<float>& grad, const std::vector<uint32_t>& chunks, uint32_t chunk,
+                uint32_t payload_floats) {
+  std::vector<transport::PacketSpan> packets;
+  for (uint32_t c : chunks) {
+    const uint64_t off = uint64_t(c) * chunk;
+    transport::AppendPackets(c, grad.data() + off,
+                             uint32_t(std::min<uint64_t>(chunk, grad.size() - off)), payload_floats,
+                             false, &packets);
+  }
+  auto h = worker.Send(server, iteration, std::move(packets));
+  REQUIRE(h->Wait(absl::Seconds(20)));
+}
+
+TEST_CASE("a checkpoint after the step holds the broadcast parameters and the momentum",
+          "[shard_server][checkpoint]") {
+  const uint64_t n = 10000;
+  const uint32_t chunk = 4096;
+  Checkpoints ck;
+  storage::CheckpointWriter& writer = *ck.writer;
+  auto& store = ck.store;
+  ShardServerConfig sc = CheckpointingConfig(n, &writer, "job-ckpt");
+  sc.num_servers = 2;
+  sc.server_index = 1;  // owns some of the 3 chunks
+  sc.total_iterations = 1;
   sc.spec_text = "model: mlp\n";
   std::vector<float> init(n);
   for (uint64_t i = 0; i < n; ++i) init[i] = 0.01f * float(i % 100);
@@ -227,23 +258,16 @@ TEST_CASE("a checkpoint after the step holds the broadcast parameters and the mo
 
   std::vector<float> grad(n);
   for (uint64_t i = 0; i < n; ++i) grad[i] = 0.25f * float(1 + i % 3);
-  std::vector<transport::PacketSpan> packets;
   const std::vector<uint32_t> owned = server->owned_chunks();
   REQUIRE(!owned.empty());
-  for (uint32_t c : owned) {
-    const uint64_t off = uint64_t(c) * chunk;
-    transport::AppendPackets(c, grad.data() + off, uint32_t(std::min<uint64_t>(chunk, n - off)),
-                             wc.payload_floats(), false, &packets);
-  }
-  auto h = (*worker)->Send(server->local(), 0, std::move(packets));
-  REQUIRE(h->Wait(absl::Seconds(20)));
+  PushChunks(**worker, server->local(), 0, grad, owned, chunk, wc.payload_floats());
   REQUIRE(sink.Wait(1, absl::Seconds(20)));
   REQUIRE(server->WaitFinished(absl::Seconds(5)));
   writer.Drain();
   CHECK(writer.stats().written == 1);
   CHECK(server->GetStats().checkpoints_offered == 1);
 
-  auto c = (*store)->ReadNewest("job-ckpt", 1);
+  auto c = store->ReadNewest("job-ckpt", 1);
   REQUIRE(c.ok());
   CHECK(c->round == 1);
   CHECK(c->optimizer_steps == 1);
@@ -261,43 +285,15 @@ TEST_CASE("a checkpoint after the step holds the broadcast parameters and the mo
   }
 }
 
-// Pushes `grad` (all chunks: a single server) for `iteration`.
-void PushAll(transport::Endpoint& worker, const Peer& server, uint32_t iteration,
-             const std::vector<float>& grad, uint32_t chunk, uint32_t payload_floats) {
-  std::vector<transport::PacketSpan> packets;
-  for (uint32_t c = 0; uint64_t(c) * chunk < grad.size(); ++c) {
-    const uint64_t off = uint64_t(c) * chunk;
-    transport::AppendPackets(c, grad.data() + off,
-                             uint32_t(std::min<uint64_t>(chunk, grad.size() - off)), payload_floats,
-                             false, &packets);
-  }
-  auto h = worker.Send(server, iteration, std::move(packets));
-  REQUIRE(h->Wait(absl::Seconds(20)));
-}
-
 TEST_CASE("a server resumed from a checkpoint goes on exactly as the first would have",
           "[shard_server][checkpoint]") {
   const uint64_t n = 10000;
   const uint32_t chunk = 4096;
-  const char* tmp = getenv("TEST_TMPDIR");
-  std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/shard-resume.XXXXXX";
-  REQUIRE(mkdtemp(dir.data()) != nullptr);
-  storage::CheckpointStoreConfig cfg;
-  cfg.dir = dir;
-  auto store = storage::CheckpointStore::Open(cfg);
-  REQUIRE(store.ok());
-  storage::CheckpointWriter writer(store->get());
-
-  ShardServerConfig sc;
-  sc.num_params = n;
-  sc.chunk_floats = chunk;
+  Checkpoints ck;
+  storage::CheckpointWriter& writer = *ck.writer;
+  auto& store = ck.store;
+  ShardServerConfig sc = CheckpointingConfig(n, &writer, "job-resume");
   sc.total_iterations = 2;
-  sc.optimizer.learning_rate = 0.5f;
-  sc.optimizer.momentum = 0.9f;
-  sc.endpoint.key = transport::testing::TestKey();
-  sc.checkpoint_every_rounds = 1;
-  sc.checkpoints = &writer;
-  sc.job_id = "job-resume";
   std::vector<float> init(n), g0(n), g1(n);
   for (uint64_t i = 0; i < n; ++i) {
     init[i] = 0.01f * float(i % 100);
@@ -319,17 +315,17 @@ TEST_CASE("a server resumed from a checkpoint goes on exactly as the first would
     first->SetWorkers({(*worker)->local()});
     first->Start();
     REQUIRE(first_sink.Wait(0, absl::Seconds(20)));
-    PushAll(**worker, first->local(), 0, g0, chunk, wc.payload_floats());
+    PushChunks(**worker, first->local(), 0, g0, first->owned_chunks(), chunk, wc.payload_floats());
     REQUIRE(first_sink.Wait(1, absl::Seconds(20)));
     writer.Drain();  // round 1's checkpoint is written before round 2's offer
-    PushAll(**worker, first->local(), 1, g1, chunk, wc.payload_floats());
+    PushChunks(**worker, first->local(), 1, g1, first->owned_chunks(), chunk, wc.payload_floats());
     REQUIRE(first_sink.Wait(2, absl::Seconds(20)));
     REQUIRE(first->WaitFinished(absl::Seconds(5)));
     after1 = first_sink.params(1);
     after2 = first_sink.params(2);
   }
   writer.Drain();
-  auto c1 = (*store)->Read("job-resume", 0, 1);
+  auto c1 = store->Read("job-resume", 0, 1);
   REQUIRE(c1.ok());
 
   // A second server from round 1's checkpoint (no checkpoints of its own).
@@ -346,7 +342,7 @@ TEST_CASE("a server resumed from a checkpoint goes on exactly as the first would
   second->Start();
   REQUIRE(sink.Wait(1, absl::Seconds(20)));  // round 1 first: nothing of round 0
   CHECK(sink.params(1) == after1);
-  PushAll(**worker, second->local(), 1, g1, chunk, wc.payload_floats());
+  PushChunks(**worker, second->local(), 1, g1, second->owned_chunks(), chunk, wc.payload_floats());
   REQUIRE(sink.Wait(2, absl::Seconds(20)));
   REQUIRE(second->WaitFinished(absl::Seconds(5)));
   CHECK(sink.params(2) == after2);  // momentum and step count came back too

@@ -8,7 +8,6 @@
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 
 #include <atomic>
@@ -17,7 +16,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "absl/strings/str_cat.h"
+#include "lib/base/test_dir.h"
 #include "lib/storage/record.h"
 #include "lib/storage/test_fs.h"
 
@@ -26,13 +25,6 @@ namespace storage {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string TempDir() {
-  const char* base = getenv("TEST_TMPDIR");
-  std::string t = absl::StrCat(base != nullptr ? base : "/tmp", "/ckpt.XXXXXX");
-  REQUIRE(mkdtemp(t.data()) != nullptr);
-  return t;
-}
 
 // A checkpoint whose values depend on (round, chunk, element).
 Checkpoint Make(uint64_t round, uint32_t chunks = 3, uint32_t slots = 1, size_t floats = 1000) {
@@ -84,7 +76,7 @@ std::unique_ptr<CheckpointStore> OpenAt(const std::string& dir, uint32_t keep = 
 }
 
 TEST_CASE("a checkpoint reads back bit for bit, SGD and Adam", "[storage]") {
-  auto store = OpenAt(TempDir());
+  auto store = OpenAt(MakeTestDir("ckpt"));
   for (uint32_t slots : {0u, 1u, 2u}) {
     Checkpoint c = Make(5 + slots, 4, slots);
     c.server_index = slots;
@@ -105,7 +97,7 @@ TEST_CASE("a checkpoint reads back bit for bit, SGD and Adam", "[storage]") {
 
 TEST_CASE("only the keep_last newest stay; a rewritten round replaces all its chunks",
           "[storage]") {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTestDir("ckpt");
   {
     auto store = OpenAt(dir, 2);
     for (uint64_t r = 1; r <= 5; ++r) REQUIRE(store->Write(Make(r)).ok());
@@ -134,7 +126,7 @@ TEST_CASE("only the keep_last newest stay; a rewritten round replaces all its ch
 
 TEST_CASE("jobs are listed most recent first; KeepJobs removes the older ones' files",
           "[storage]") {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTestDir("ckpt");
   auto store = OpenAt(dir, 2);
   for (const char* job : {"job-a", "job-b", "job-c"}) {
     for (uint64_t r = 1; r <= 2; ++r) {
@@ -161,7 +153,7 @@ TEST_CASE("jobs are listed most recent first; KeepJobs removes the older ones' f
 
 TEST_CASE("a record changed behind RocksDB's back fails its CRC; the previous one is used",
           "[storage]") {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTestDir("ckpt");
   {
     auto store = OpenAt(dir);
     REQUIRE(store->Write(Make(1)).ok());
@@ -193,7 +185,7 @@ TEST_CASE("a record changed behind RocksDB's back fails its CRC; the previous on
 
 TEST_CASE("bytes flipped in the newest table file: detected, the previous checkpoint used",
           "[storage]") {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTestDir("ckpt");
   {
     auto store = OpenAt(dir);
     REQUIRE(store->Write(Make(1, 3, 1, 20000)).ok());
@@ -226,11 +218,12 @@ TEST_CASE("bytes flipped in the newest table file: detected, the previous checkp
 }
 
 TEST_CASE("a full disk fails the write with its reason; what was written stays", "[storage]") {
-  auto disk = std::make_shared<FaultyDisk>(rocksdb::FileSystem::Default());
-  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(disk);
-  const std::string dir = TempDir();
+  FaultyEnv faulty;
+  FaultyDisk* disk = faulty.disk.get();
+  rocksdb::Env* env = faulty.env.get();
+  const std::string dir = MakeTestDir("ckpt");
   {
-    auto store = OpenAt(dir, 3, env.get());
+    auto store = OpenAt(dir, 3, env);
     REQUIRE(store->Write(Make(1)).ok());
     disk->fault = FaultyDisk::kNoSpace;
     const absl::Status s = store->Write(Make(2));
@@ -248,11 +241,12 @@ TEST_CASE("a full disk fails the write with its reason; what was written stays",
 }
 
 TEST_CASE("after a failed write the next one resumes the store", "[storage]") {
-  auto disk = std::make_shared<FaultyDisk>(rocksdb::FileSystem::Default());
-  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(disk);
-  const std::string dir = TempDir();
+  FaultyEnv faulty;
+  FaultyDisk* disk = faulty.disk.get();
+  rocksdb::Env* env = faulty.env.get();
+  const std::string dir = MakeTestDir("ckpt");
   {
-    auto store = OpenAt(dir, 3, env.get());
+    auto store = OpenAt(dir, 3, env);
     REQUIRE(store->Write(Make(1)).ok());
     disk->fault = FaultyDisk::kIoError;
     const absl::Status s = store->Write(Make(2));
@@ -270,7 +264,7 @@ TEST_CASE("after a failed write the next one resumes the store", "[storage]") {
 }
 
 TEST_CASE("a directory that cannot be made, and malformed checkpoints, are refused", "[storage]") {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTestDir("ckpt");
   { std::ofstream(dir + "/file") << "x"; }
   CheckpointStoreConfig cfg;
   cfg.dir = dir + "/file/sub";
@@ -289,7 +283,7 @@ TEST_CASE("a directory that cannot be made, and malformed checkpoints, are refus
 }
 
 TEST_CASE("a meta record claiming a million chunks in a few bytes is refused", "[storage]") {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTestDir("ckpt");
   {
     rocksdb::DB* raw = nullptr;
     rocksdb::Options o;

@@ -5,23 +5,15 @@
 #include "lib/storage/checkpoint_writer.h"
 
 #include <rocksdb/env.h>
-#include <stdlib.h>
 
 #include <catch2/catch.hpp>
 
-#include "absl/strings/str_cat.h"
+#include "lib/base/test_dir.h"
 #include "lib/storage/test_fs.h"
 
 namespace hetps {
 namespace storage {
 namespace {
-
-std::string TempDir() {
-  const char* base = getenv("TEST_TMPDIR");
-  std::string t = absl::StrCat(base != nullptr ? base : "/tmp", "/ckptw.XXXXXX");
-  REQUIRE(mkdtemp(t.data()) != nullptr);
-  return t;
-}
 
 Checkpoint Make(uint64_t round) {
   Checkpoint c;
@@ -35,11 +27,11 @@ Checkpoint Make(uint64_t round) {
 }
 
 TEST_CASE("offers while a write is in progress are refused and counted", "[storage]") {
-  auto disk = std::make_shared<FaultyDisk>(rocksdb::FileSystem::Default());
-  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(disk);
+  FaultyEnv faulty;
+  FaultyDisk* disk = faulty.disk.get();
   CheckpointStoreConfig cfg;
-  cfg.dir = TempDir();
-  cfg.env = env.get();
+  cfg.dir = MakeTestDir("ckptw");
+  cfg.env = faulty.env.get();
   auto store = CheckpointStore::Open(cfg);
   REQUIRE(store.ok());
   CheckpointWriter w(store->get());
@@ -69,11 +61,11 @@ TEST_CASE("offers while a write is in progress are refused and counted", "[stora
 }
 
 TEST_CASE("a failed write is counted with its reason; the next one succeeds", "[storage]") {
-  auto disk = std::make_shared<FaultyDisk>(rocksdb::FileSystem::Default());
-  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(disk);
+  FaultyEnv faulty;
+  FaultyDisk* disk = faulty.disk.get();
   CheckpointStoreConfig cfg;
-  cfg.dir = TempDir();
-  cfg.env = env.get();
+  cfg.dir = MakeTestDir("ckptw");
+  cfg.env = faulty.env.get();
   auto store = CheckpointStore::Open(cfg);
   REQUIRE(store.ok());
   CheckpointWriter w(store->get());
@@ -92,7 +84,7 @@ TEST_CASE("a failed write is counted with its reason; the next one succeeds", "[
 
 TEST_CASE("destroying the writer finishes the write it took", "[storage]") {
   CheckpointStoreConfig cfg;
-  cfg.dir = TempDir();
+  cfg.dir = MakeTestDir("ckptw");
   auto store = CheckpointStore::Open(cfg);
   REQUIRE(store.ok());
   {

@@ -3,22 +3,22 @@
 // before anything is allocated from it.
 #include "lib/storage/safetensors.h"
 
-#include <stdlib.h>
-
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/test_dir.h"
 
 namespace hetps {
 namespace storage {
 namespace {
 
+// Files of this test, in one fresh directory.
 std::string TempPath(const std::string& name) {
-  const char* base = getenv("TEST_TMPDIR");
-  return absl::StrCat(base != nullptr ? base : "/tmp", "/", name);
+  static const std::string dir = MakeTestDir("safetensors");
+  return dir + "/" + name;
 }
 
 std::string ReadAll(const std::string& path) {

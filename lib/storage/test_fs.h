@@ -4,6 +4,7 @@
 #ifndef HETPS_LIB_STORAGE_TEST_FS_H_
 #define HETPS_LIB_STORAGE_TEST_FS_H_
 
+#include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
 
 #include <atomic>
@@ -35,6 +36,16 @@ class FaultyDisk : public rocksdb::FileSystemWrapper {
   std::atomic<Fault> fault{kNone};
   absl::Notification held;     // a creation is being held
   absl::Notification release;  // let it (and all later ones) go
+};
+
+// A FaultyDisk over the real file system, and the RocksDB Env to open a
+// store with (CheckpointStoreConfig::env).
+struct FaultyEnv {
+  FaultyEnv()
+      : disk(std::make_shared<FaultyDisk>(rocksdb::FileSystem::Default())),
+        env(rocksdb::NewCompositeEnv(disk)) {}
+  std::shared_ptr<FaultyDisk> disk;
+  std::unique_ptr<rocksdb::Env> env;
 };
 
 }  // namespace storage
