@@ -73,6 +73,16 @@ uint64_t NowUnixMs() {
       .count();
 }
 
+// Sizes the payloads below fix (List reports a checkpoint's size from its
+// meta record alone).
+constexpr size_t kMetaEntryBytes = 4 + 8 + 8 + 1;  // chunk id, offset, floats, slots
+constexpr size_t kCommitBytes = 8 + 4 + 4;         // round, chunks, chain
+// A chunk record: header; id, offset, slot count; the parameters and each
+// slot as a count and its floats.
+uint64_t ChunkRecordBytes(uint64_t floats, uint64_t slots) {
+  return kRecordHeaderBytes + 4 + 8 + 1 + (1 + slots) * (8 + 4 * floats);
+}
+
 struct MetaChunk {
   uint32_t chunk_id = 0;
   uint64_t offset = 0;
@@ -112,8 +122,8 @@ absl::StatusOr<Meta> ParseMeta(std::string_view payload) {
       !r.String(&m.head.spec, kSpecBytesMax) || !r.U32(&n)) {
     return absl::DataLossError("checkpoint meta record truncated");
   }
-  // Each chunk entry is 21 bytes: the count is bounded by what is there.
-  if (n > kChunksMax || n > r.left() / 21) {
+  // The count is bounded by the entries the bytes can hold.
+  if (n > kChunksMax || n > r.left() / kMetaEntryBytes) {
     return absl::DataLossError(absl::StrCat("checkpoint meta lists ", n, " chunks"));
   }
   m.chunks.resize(n);
@@ -327,8 +337,8 @@ absl::Status CheckpointStore::Write(const Checkpoint& given) {
   //    one manifest write, so it is on disk whole or not at all, and its
   //    bytes are written once (not to a log, a memtable and then a table).
   //    Keys in order: the chunks (by id), the meta, the commit.
-  const std::string meta = EncodeRecord(RecordKind::kMeta, MetaPayload(c));
-  ASSIGN_OR_RETURN(RecordView mv, DecodeRecord(meta));
+  uint32_t meta_crc = 0;
+  const std::string meta = EncodeRecord(RecordKind::kMeta, MetaPayload(c), &meta_crc);
   std::vector<size_t> order(c.chunks.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(),
@@ -351,7 +361,7 @@ absl::Status CheckpointStore::Write(const Checkpoint& given) {
     s = FromRocks(w.Put(ChunkKey(job, srv, c.round, ch.chunk_id), rec), "table file");
     if (!s.ok()) break;
   }
-  uint32_t chain = ChainCrc(0, mv.crc);
+  uint32_t chain = ChainCrc(0, meta_crc);
   for (uint32_t crc : crcs) chain = ChainCrc(chain, crc);
   if (s.ok()) s = FromRocks(w.Put(Key('m', job, srv, c.round), meta), "table file");
   if (s.ok()) {
@@ -490,11 +500,9 @@ absl::StatusOr<std::vector<CheckpointInfo>> CheckpointStore::List(const std::str
         info.round = round;
         info.written_unix_ms = meta->head.written_unix_ms;
         info.chunks = static_cast<uint32_t>(meta->chunks.size());
-        info.bytes = value.size() + kRecordHeaderBytes + 16;  // meta and commit
-        for (const MetaChunk& ch : meta->chunks) {
-          info.bytes +=
-              kRecordHeaderBytes + 21 + 8 * (1 + ch.slots) + ch.floats * 4 * (1 + ch.slots);
-        }
+        info.bytes = value.size() + kRecordHeaderBytes + kCommitBytes;  // meta and commit
+        for (const MetaChunk& ch : meta->chunks)
+          info.bytes += ChunkRecordBytes(ch.floats, ch.slots);
         out.push_back(std::move(info));
       }
     }

@@ -76,7 +76,8 @@ std::unique_ptr<CheckpointStore> OpenAt(const std::string& dir, uint32_t keep = 
 }
 
 TEST_CASE("a checkpoint reads back bit for bit, SGD and Adam", "[storage]") {
-  auto store = OpenAt(MakeTestDir("ckpt"));
+  const std::string dir = MakeTestDir("ckpt");
+  auto store = OpenAt(dir);
   for (uint32_t slots : {0u, 1u, 2u}) {
     Checkpoint c = Make(5 + slots, 4, slots);
     c.server_index = slots;
@@ -92,6 +93,20 @@ TEST_CASE("a checkpoint reads back bit for bit, SGD and Adam", "[storage]") {
   CHECK((*list)[0].round == 7);  // newest first
   CHECK((*list)[0].chunks == 4);
   CHECK((*list)[0].bytes > 4 * 1000 * 4 * 3);
+  {
+    // The size List reports is what the checkpoint's records take.
+    rocksdb::DB* raw = nullptr;
+    REQUIRE(rocksdb::DB::OpenForReadOnly(rocksdb::Options(), dir, &raw).ok());
+    const std::string prefix = "c/job-20261124-1/00000002/";
+    uint64_t stored = 0;
+    std::unique_ptr<rocksdb::Iterator> it(raw->NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      stored += it->value().size();
+    }
+    it.reset();
+    delete raw;
+    CHECK((*list)[0].bytes == stored);
+  }
   CHECK(store->ReadNewest("another-job", 0).status().code() == absl::StatusCode::kNotFound);
 }
 

@@ -69,12 +69,13 @@ uint32_t FinishRecord(RecordKind kind, size_t begin, std::string* out) {
   return crc;
 }
 
-std::string EncodeRecord(RecordKind kind, std::string_view payload) {
+std::string EncodeRecord(RecordKind kind, std::string_view payload, uint32_t* crc) {
   std::string out;
   out.reserve(kRecordHeaderBytes + payload.size());
   BeginRecord(&out);
   out.append(payload.data(), payload.size());
-  FinishRecord(kind, 0, &out);
+  const uint32_t c = FinishRecord(kind, 0, &out);
+  if (crc != nullptr) *crc = c;
   return out;
 }
 

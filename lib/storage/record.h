@@ -35,7 +35,8 @@ enum class RecordKind : uint16_t {
 // CRC-32 (IEEE 802.3, zlib's) of `bytes`, continuing from `crc`.
 uint32_t Crc32(std::string_view bytes, uint32_t crc = 0);
 
-std::string EncodeRecord(RecordKind kind, std::string_view payload);
+// The record of `payload`; its CRC also in *crc when given.
+std::string EncodeRecord(RecordKind kind, std::string_view payload, uint32_t* crc = nullptr);
 
 // The same, built in place (no copy of a large payload): BeginRecord
 // leaves room for the header at the end of *out, the caller appends the
