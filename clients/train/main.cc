@@ -36,8 +36,9 @@ int Fail(const absl::Status& s) {
 
 // The test accuracy of a saved model, on every test image of its dataset.
 int Evaluate(const std::string& path, std::string dataset) {
-  auto info = hetps::ReadModelFileInfo(path);
-  if (!info.ok()) return Fail(info.status());
+  auto file = hetps::ReadModelFile(path);  // read once: metadata and tensors
+  if (!file.ok()) return Fail(file.status());
+  const hetps::ModelFileInfo* info = &file->info;
   if (dataset.empty()) dataset = info->dataset;
   auto spec = hetps::train::BuiltinModel(info->model);
   if (!spec.ok()) return Fail(spec.status());
@@ -46,7 +47,7 @@ int Evaluate(const std::string& path, std::string dataset) {
   std::unique_ptr<hetps::train::Backend> cpu = hetps::train::NewCpuBackend();
   auto model = hetps::train::Model::Create(*spec, cpu.get(), 256);
   if (!model.ok()) return Fail(model.status());
-  auto params = hetps::LoadModelFile(path, **model);
+  auto params = hetps::ModelParams(file->tensors, **model, path);
   if (!params.ok()) return Fail(params.status());
   absl::Status s = (*model)->SetParameters(*params);
   if (!s.ok()) return Fail(s);

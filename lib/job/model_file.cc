@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lib/base/status_macros.h"
-#include "lib/storage/safetensors.h"
 
 namespace hetps {
 
@@ -30,21 +29,23 @@ absl::Status SaveModelFile(const std::string& path, const train::Model& model,
   return storage::WriteSafetensors(path, f);
 }
 
-absl::StatusOr<ModelFileInfo> ReadModelFileInfo(const std::string& path) {
-  ASSIGN_OR_RETURN(storage::SafetensorsFile f, storage::ReadSafetensors(path));
-  if (f.metadata["format"] != kModelFileFormat) {
+absl::StatusOr<ModelFile> ReadModelFile(const std::string& path) {
+  ModelFile mf;
+  ASSIGN_OR_RETURN(mf.tensors, storage::ReadSafetensors(path));
+  auto& meta = mf.tensors.metadata;
+  if (meta["format"] != kModelFileFormat) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a hetps model file (format '",
-                                                   f.metadata["format"], "', want '",
-                                                   kModelFileFormat, "')"));
+                                                   meta["format"], "', want '", kModelFileFormat,
+                                                   "')"));
   }
-  return ModelFileInfo{f.metadata["model"], f.metadata["dataset"], f.metadata["job"]};
+  mf.info = ModelFileInfo{meta["model"], meta["dataset"], meta["job"]};
+  return mf;
 }
 
-absl::StatusOr<std::vector<float>> LoadModelFile(const std::string& path,
-                                                 const train::Model& model) {
-  ASSIGN_OR_RETURN(storage::SafetensorsFile f, storage::ReadSafetensors(path));
-  std::map<std::string, storage::NamedTensor*> by_name;
-  for (storage::NamedTensor& t : f.tensors) by_name[t.name] = &t;
+absl::StatusOr<std::vector<float>> ModelParams(const storage::SafetensorsFile& tensors,
+                                               const train::Model& model, const std::string& path) {
+  std::map<std::string, const storage::NamedTensor*> by_name;
+  for (const storage::NamedTensor& t : tensors.tensors) by_name[t.name] = &t;
   if (by_name.size() != model.tensors().size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": ", by_name.size(), " tensors, the model has ", model.tensors().size()));
@@ -64,6 +65,12 @@ absl::StatusOr<std::vector<float>> LoadModelFile(const std::string& path,
     std::copy(it->second->data.begin(), it->second->data.end(), params.begin() + t.offset);
   }
   return params;
+}
+
+absl::StatusOr<std::vector<float>> LoadModelFile(const std::string& path,
+                                                 const train::Model& model) {
+  ASSIGN_OR_RETURN(storage::SafetensorsFile tensors, storage::ReadSafetensors(path));
+  return ModelParams(tensors, model, path);
 }
 
 }  // namespace hetps

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "lib/storage/safetensors.h"
 #include "lib/train/model.h"
 
 namespace hetps {
@@ -25,12 +26,22 @@ struct ModelFileInfo {
 absl::Status SaveModelFile(const std::string& path, const train::Model& model,
                            const std::vector<float>& params, const ModelFileInfo& info);
 
-// The metadata of a model file (which model to build before loading it).
-absl::StatusOr<ModelFileInfo> ReadModelFileInfo(const std::string& path);
+struct ModelFile {
+  ModelFileInfo info;
+  storage::SafetensorsFile tensors;
+};
 
-// The flat parameter vector of `model` from the file: every tensor of the
-// model present with its shape, nothing else; InvalidArgument naming the
-// first difference.
+// A model file, read once: its metadata (which model to build) and its
+// tensors. InvalidArgument for a safetensors file not in this format.
+absl::StatusOr<ModelFile> ReadModelFile(const std::string& path);
+
+// The flat parameter vector of `model` from `tensors` (read from `path`,
+// named in errors): every tensor of the model present with its shape,
+// nothing else; InvalidArgument naming the first difference.
+absl::StatusOr<std::vector<float>> ModelParams(const storage::SafetensorsFile& tensors,
+                                               const train::Model& model, const std::string& path);
+
+// ModelParams of the safetensors file at `path` (any metadata).
 absl::StatusOr<std::vector<float>> LoadModelFile(const std::string& path,
                                                  const train::Model& model);
 

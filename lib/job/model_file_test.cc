@@ -32,8 +32,9 @@ TEST_CASE("a saved model loads back bit for bit, with its metadata", "[model_fil
   const std::vector<float> params = model->InitialParameters(7);
   const std::string path = TempPath("lenet5.safetensors");
   REQUIRE(SaveModelFile(path, *model, params, {"lenet5", "/data/fm", "job-a"}).ok());
-  auto info = ReadModelFileInfo(path);
-  REQUIRE(info.ok());
+  auto file = ReadModelFile(path);
+  REQUIRE(file.ok());
+  const ModelFileInfo* info = &file->info;
   CHECK(info->model == "lenet5");
   CHECK(info->dataset == "/data/fm");
   CHECK(info->job == "job-a");
@@ -58,7 +59,7 @@ TEST_CASE("another model's file, or a reshaped tensor, is refused", "[model_file
   auto r = LoadModelFile(bad, *mlp);
   CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(std::string(r.status().message()).find("shape") != std::string::npos);
-  CHECK(ReadModelFileInfo(TempPath("nothing")).status().code() == absl::StatusCode::kNotFound);
+  CHECK(ReadModelFile(TempPath("nothing")).status().code() == absl::StatusCode::kNotFound);
 }
 
 }  // namespace
