@@ -43,9 +43,12 @@ bool WriteFile(const std::string& path, const std::vector<hetps::storage::ChunkS
     size_t left = v.size() * sizeof(float);
     while (ok && left > 0) {
       const ssize_t n = write(fd, p, left);
-      if (n <= 0) ok = false;
-      p += n > 0 ? n : 0;
-      left -= n > 0 ? size_t(n) : left;
+      if (n <= 0) {
+        ok = false;
+      } else {
+        p += n;
+        left -= size_t(n);
+      }
     }
   };
   for (const auto& ch : chunks) {

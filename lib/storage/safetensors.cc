@@ -194,6 +194,8 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
       if (!AsCount(d, kSafetensorsBytesMax / 4, &dim))
         return Bad(path, absl::StrCat("tensor ", name, ": bad shape"));
       t.shape.push_back(int64_t(dim));
+      // Saturating just past what the data can hold: no overflow, and a 0
+      // anywhere still makes an empty tensor.
       count = dim == 0 ? 0 : (count > data_size / 4 / dim ? data_size / 4 + 1 : count * dim);
     }
     Span s{0, 0, out.tensors.size()};
