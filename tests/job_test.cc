@@ -1,7 +1,9 @@
 // Training jobs through the real binaries on 127.0.0.1: psctl job submit /
 // status / cancel, schedd handing jobs to psd and workerd, training over
-// the UDP data plane, and a workerd killed mid-job (the round closes at its
-// deadline and the job goes on with the other worker).
+// the UDP data plane, checkpoints, a psd killed mid-job and restarted (the
+// job recovers from its checkpoints), and a workerd killed mid-job (the
+// round closes at its deadline and the job goes on with the other worker).
+#include <rocksdb/db.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -9,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -19,6 +22,7 @@
 #include "lib/job/model_file.h"
 #include "lib/rpc/grpc_util.h"
 #include "lib/storage/checkpoint_store.h"
+#include "lib/storage/test_fs.h"
 #include "lib/train/backend.h"
 #include "tests/testing/cluster.h"
 
@@ -75,7 +79,143 @@ uint64_t Field(const std::string& line, const std::string& key) {
   return std::strtoull(line.c_str() + at + key.size() + 3, nullptr, 10);
 }
 
+// Flips a bit in the table file holding psd `server`'s newest checkpoint of `job` in the (closed)
+// store at `dir`; returns that round (0: none found).
+uint64_t CorruptNewestCheckpoint(const std::string& dir, const std::string& job, uint32_t server) {
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Options o;
+  if (!rocksdb::DB::OpenForReadOnly(o, dir, &raw).ok()) return 0;
+  std::vector<rocksdb::LiveFileMetaData> files;
+  raw->GetLiveFilesMetaData(&files);
+  delete raw;
+  const std::string prefix = storage::CheckpointPrefix(job, server);
+  uint64_t newest = 0;
+  std::string path;
+  for (const rocksdb::LiveFileMetaData& f : files) {
+    if (f.smallestkey.rfind(prefix, 0) != 0) continue;
+    const uint64_t round =
+        std::strtoull(f.smallestkey.substr(prefix.size(), 16).c_str(), nullptr, 16);
+    if (round > newest) {
+      newest = round;
+      path = f.db_path + "/" + f.name;
+    }
+  }
+  if (path.empty()) return 0;
+  storage::FlipByte(path);
+  return newest;
+}
+
 }  // namespace
+
+// psd recovery with the real binaries. psd-0 is SIGKILLed mid-job and, its
+// newest checkpoint corrupted on disk meanwhile, started again with the
+// same node id and checkpoint_dir. schedd holds the job RECOVERING; psd-0
+// skips the corrupt checkpoint (logged, counted) and offers the older
+// ones; every member resumes from the newest round both psds hold, under
+// a new data key. No worker trains on parameters older than that round;
+// the job succeeds with the accuracy of an uninterrupted run of the same
+// seed (in this process), and the time from the restart to the first
+// round closed after it is printed.
+TEST_CASE("A killed psd restarts; the job resumes from its newest valid checkpoint") {
+  constexpr int kIterations = 2000, kEvery = 100;
+  JobSpec local;
+  local.iterations = kIterations;
+  local.eval_every = 0;
+  auto reference = RunLocalTraining(local, 2, 0, [](const TrainingProgress&) {});
+  REQUIRE(reference.ok());
+
+  LocalCluster c("job-recover");
+  REQUIRE(c.StartSchedd().ok());
+  auto psd_flags = [&](const std::string& id) {
+    return std::vector<std::string>{"--checkpoint_dir=" + c.dir() + "/ckpt-" + id,
+                                    "--checkpoint_keep=5"};
+  };
+  for (const char* id : {"psd-0", "psd-1"}) REQUIRE(c.StartNode("psd", id, psd_flags(id)).ok());
+  const std::string trace = c.dir() + "/trace";
+  REQUIRE(mkdir(trace.c_str(), 0755) == 0);
+  for (const char* id : {"worker-0", "worker-1"}) {
+    REQUIRE(c.StartNode("workerd", id, {"--cpu_threads=1", "--trace_dir=" + trace}).ok());
+  }
+  REQUIRE(WaitFor([&] { return c.AliveCount() == 5; }, absl::Seconds(15)));
+  const std::string job =
+      WriteJob(c, "job.yaml",
+               absl::StrCat("name: recover-test\nmodel: mlp\niterations: ", kIterations,
+                            "\neval_every: 0\n", "checkpoint_every_rounds: ", kEvery, "\n"));
+  ProcessResult sub = c.Psctl({"job", "submit", job, "-o", "json"});
+  INFO(sub.stdout_text << sub.stderr_text);
+  REQUIRE(sub.exit_code == 0);
+  // Killed with at least 3 checkpoints behind it (the corrupted one, and
+  // older ones to fall back to).
+  REQUIRE(WaitFor(
+      [&] {
+        v1::JobStatus j = c.Job();
+        return j.state() == v1::JOB_STATE_RUNNING && j.iteration() >= 4 * kEvery;
+      },
+      absl::Seconds(120)));
+  const std::string job_id = c.Job().job_id();
+  c.Kill("psd-0", SIGKILL);
+  c.WaitExit("psd-0", absl::Seconds(10));  // -1: killed by the signal
+  REQUIRE_FALSE(c.node("psd-0").process.running());
+  REQUIRE(WaitFor([&] { return c.Job().state() == v1::JOB_STATE_RECOVERING; }, absl::Seconds(20)));
+  const uint64_t corrupted = CorruptNewestCheckpoint(c.dir() + "/ckpt-psd-0", job_id, 0);
+  INFO("corrupted round " << corrupted);
+  REQUIRE(corrupted >= uint64_t(kEvery));
+
+  REQUIRE(c.StartNode("psd", "psd-0", psd_flags("psd-0")).ok());
+  const absl::Time restarted = absl::Now();
+  v1::JobStatus j;
+  REQUIRE(WaitFor(
+      [&] {
+        j = c.Job();
+        const v1::NodeJobStatus* p = Node(j, "psd-0");
+        return j.recoveries() == 1 && p != nullptr && p->report().iteration() > j.resume_round();
+      },
+      absl::Seconds(60)));
+  const double to_round = absl::ToDoubleSeconds(absl::Now() - restarted);
+  WARN("restart to the first round closed after it: " << to_round << " s (resumed at round "
+                                                      << j.resume_round() << ")");
+  // The newest valid round both hold: before the corrupted one, one that
+  // every psd checkpoints (a multiple of the period).
+  CHECK(j.resume_round() > 0);
+  CHECK(uint64_t(j.resume_round()) < corrupted);
+  CHECK(j.resume_round() % kEvery == 0);
+
+  REQUIRE(c.WaitJobEnded(absl::Seconds(180), &j));
+  INFO(j.message());
+  REQUIRE(j.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(j.iteration() == kIterations);
+  CHECK(j.recoveries() == 1);
+  INFO("job " << j.test_accuracy() << " uninterrupted " << reference->final_eval.accuracy);
+  CHECK(std::abs(j.test_accuracy() - reference->final_eval.accuracy) <= 0.005);
+
+  // psd-0 said why it skipped a checkpoint, and counted it.
+  absl::StatusOr<std::string> m = HttpGet(c.node("psd-0").metrics_address, "/metrics");
+  REQUIRE(m.ok());
+  CHECK(m->find("psd_checkpoints_invalid_total 1") != std::string::npos);
+  CHECK(c.node("psd-0").process.Stderr().find("checkpoint skipped") != std::string::npos);
+  // Each worker's trace of the recovery epoch starts at the resume round
+  // and never goes below it.
+  for (const char* id : {"worker-0", "worker-1"}) {
+    std::string path;
+    for (const auto& e : std::filesystem::directory_iterator(trace)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(job_id + "-" + id + "-recovery", 0) == 0 && name > path) path = name;
+    }
+    INFO(id);
+    REQUIRE(!path.empty());
+    std::vector<std::string> lines = TraceLines(trace + "/" + path);
+    REQUIRE(!lines.empty());
+    uint64_t first = UINT64_MAX, lowest = UINT64_MAX;
+    for (const std::string& l : lines) {
+      if (l.find("\"ev\":\"iteration\"") == std::string::npos) continue;
+      const uint64_t t = Field(l, "t");
+      if (first == UINT64_MAX) first = t;
+      lowest = std::min(lowest, t);
+    }
+    CHECK(first == uint64_t(j.resume_round()));
+    CHECK(lowest == uint64_t(j.resume_round()));
+  }
+}
 
 // trace_dir: every psd writes a line per round and every workerd a line
 // per iteration, each a timeline in one clock (docs/tracing.md).

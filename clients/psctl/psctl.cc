@@ -341,6 +341,8 @@ std::string JobStateName(v1::JobState s) {
       return "failed";
     case v1::JOB_STATE_CANCELLED:
       return "cancelled";
+    case v1::JOB_STATE_RECOVERING:
+      return "recovering";
     default:
       return "unknown";
   }
@@ -376,7 +378,12 @@ std::string JobStatusTable(const v1::JobStatus& j, absl::Time now) {
   absl::StrAppend(&out, "test acc    ", Percent(j.test_accuracy()), "\n");
   absl::StrAppend(&out, "samples/s   ", absl::StrFormat("%.0f", j.samples_per_second()), "\n");
   absl::StrAppend(&out, "rounds      ", j.rounds_by_deadline(), " closed at the deadline, ",
-                  j.rounds_by_membership(), " by a membership change\n\n");
+                  j.rounds_by_membership(), " by a membership change\n");
+  if (j.recoveries() > 0) {
+    absl::StrAppend(&out, "recoveries  ", j.recoveries(), ", the newest resumed from round ",
+                    j.resume_round(), "\n");
+  }
+  out += "\n";
   std::vector<std::vector<std::string>> rows = {{"NODE", "ROLE", "RANK", "ALIVE", "ITER", "LOSS",
                                                  "SAMPLES/S", "COMPUTE_S", "PUSH_S", "PULL_WAIT_S",
                                                  "ROUNDS C/D/M", "REPORT_AGE"}};
@@ -433,6 +440,10 @@ std::string JobStatusJson(const v1::JobStatus& j, absl::Time now) {
       .Uint(j.rounds_by_deadline())
       .Key("rounds_by_membership")
       .Uint(j.rounds_by_membership())
+      .Key("recoveries")
+      .Uint(j.recoveries())
+      .Key("resume_round")
+      .Int(j.resume_round())
       .Key("submitted_unix_ms")
       .Int(j.submitted_unix_ms())
       .Key("started_unix_ms")

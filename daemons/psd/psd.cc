@@ -3,6 +3,8 @@
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
 #include "lib/daemon/job_runner.h"
@@ -77,6 +79,13 @@ class Psd::Jobs final : public JobRunner {
     checkpoints_failed_ = &checkpoints.Add({{"result", "failed"}});
     checkpoints_skipped_ = &checkpoints.Add({{"result", "skipped"}});
     checkpoint_open_failed_ = &checkpoints.Add({{"result", "open_failed"}});
+    checkpoints_invalid_ = &prometheus::BuildCounter()
+                                .Name("psd_checkpoints_invalid_total")
+                                .Help(
+                                    "Checkpoints that failed their checks when read for a "
+                                    "recovery (skipped; an older one is used).")
+                                .Register(r)
+                                .Add({});
     partial_pushes_ = &prometheus::BuildCounter()
                            .Name("psd_partial_pushes_total")
                            .Help("LTP pushes aggregated with holes (closed early).")
@@ -107,6 +116,7 @@ class Psd::Jobs final : public JobRunner {
     {
       absl::MutexLock lock(&mu_);  // nothing of the previous job is reported for this one
       final_ = ps::ShardServerStats();
+      offered_.clear();
     }
     int index = -1;
     for (const v1::JobMember& m : a.servers()) {
@@ -130,11 +140,26 @@ class Psd::Jobs final : public JobRunner {
                      transport::DataKeyFromBytes(uint8_t(a.data_key_id()), a.data_key()));
     ASSIGN_OR_RETURN(transport::Transport * data,
                      SelectJobTransport(spec, key, psd_->endpoint_.get(), psd_->tcp_.get()));
+    storage::CheckpointWriter* writer = nullptr;
+    if (spec.checkpoint_every_rounds > 0) writer = CheckpointWriterFor(a.job_id());
+    if (a.recovery_epoch() > 0) OfferCheckpoints(a.job_id(), uint32_t(index), writer);
     MarkReady();
 
     v1::JobAssignment latest = a;
     while (!latest.start()) {
       if (!WaitUpdate(absl::Seconds(1), latest.roster_version(), &latest)) return absl::OkStatus();
+    }
+    // A recovery resumes every server at the round schedd picked from what
+    // they offered (0: the initial parameters above).
+    std::optional<storage::Checkpoint> resume;
+    if (latest.recovery_epoch() > 0 && latest.resume_round() > 0) {
+      ASSIGN_OR_RETURN(
+          resume, LoadCheckpoint(a.job_id(), uint32_t(index), uint64_t(latest.resume_round())));
+    }
+    if (latest.recovery_epoch() > 0) {
+      logger().Info("resuming", {{"job_id", a.job_id()},
+                                 {"round", static_cast<long long>(latest.resume_round())},
+                                 {"recovery_epoch", latest.recovery_epoch()}});
     }
     ps::ShardServerConfig c;
     c.server_index = static_cast<uint32_t>(index);
@@ -147,17 +172,16 @@ class Psd::Jobs final : public JobRunner {
     c.endpoint = data->config();
     c.endpoint.early_close = spec.early_close();
     ASSIGN_OR_RETURN(std::unique_ptr<TraceLog> trace,
-                     OpenJobTrace(psd_->config_.data, a.job_id(), psd_->runtime_->node_id()));
+                     OpenJobTrace(psd_->config_.data, a, psd_->runtime_->node_id()));
     c.trace = trace.get();
     c.trace_node = psd_->runtime_->node_id();
     c.job_id = a.job_id();
-    if (spec.checkpoint_every_rounds > 0) {
-      c.checkpoints = CheckpointWriterFor(a.job_id());
-      if (c.checkpoints != nullptr) {
-        c.checkpoint_every_rounds = static_cast<uint32_t>(spec.checkpoint_every_rounds);
-        c.spec_text = JobSpecToYaml(spec);
-      }
+    if (writer != nullptr) {
+      c.checkpoints = writer;
+      c.checkpoint_every_rounds = static_cast<uint32_t>(spec.checkpoint_every_rounds);
+      c.spec_text = JobSpecToYaml(spec);
     }
+    if (resume.has_value()) c.resume = &*resume;
     ASSIGN_OR_RETURN(std::unique_ptr<ps::ShardServer> server,
                      ps::ShardServer::Create(c, init, data));
     ASSIGN_OR_RETURN(std::vector<transport::Peer> workers, LiveWorkers(latest));
@@ -211,6 +235,10 @@ class Psd::Jobs final : public JobRunner {
     r->set_rounds_by_membership(s.rounds_by_membership);
     r->set_last_contributors(s.last_contributors);
     r->set_last_round_ms(s.last_round_ms);
+    {
+      absl::MutexLock lock(&mu_);
+      for (uint64_t round : offered_) r->add_checkpoint_rounds(round);
+    }
     // Metrics follow the same stats (this runs on every heartbeat).
     if (s.iteration < last_.iteration) last_ = ps::ShardServerStats();  // a new job
     AdvanceCounter(rounds_complete_, s.rounds_complete, &last_.rounds_complete);
@@ -266,6 +294,62 @@ class Psd::Jobs final : public JobRunner {
     logger().Info("checkpoint store open", {{"dir", dir}});
     PruneJobs(job_id);
     return writer_.get();
+  }
+
+  // Once opened, the store stays for the daemon's life.
+  storage::CheckpointStore* Store() {
+    absl::MutexLock lock(&mu_);
+    return store_.get();
+  }
+
+  // In a recovery epoch, before reporting ready: the rounds of this
+  // server's valid checkpoints of the job, for schedd to pick the newest
+  // common one. A checkpoint failing its checks is skipped (counted,
+  // logged); without a store only round 0 is on offer.
+  void OfferCheckpoints(const std::string& job_id, uint32_t index,
+                        storage::CheckpointWriter* writer) {
+    if (writer == nullptr) return;
+    writer->Drain();  // the stopped part's last checkpoint counts too
+    storage::ReadStats stats;
+    // Reads every checkpoint whole: not under mu_, which heartbeats take.
+    absl::StatusOr<std::vector<uint64_t>> rounds = Store()->ValidRounds(job_id, index, &stats);
+    for (const std::string& why : stats.why) {
+      logger().Warn("checkpoint skipped: it fails its checks", {{"job_id", job_id}, {"why", why}});
+    }
+    checkpoints_invalid_->Increment(stats.skipped);
+    if (!rounds.ok()) {
+      logger().Error("checkpoints cannot be listed: offering round 0 only",
+                     {{"job_id", job_id}, {"error", rounds.status().message()}});
+      return;
+    }
+    logger().Info(
+        "checkpoints offered for recovery",
+        {{"job_id", job_id},
+         {"rounds", static_cast<unsigned>(rounds->size())},
+         {"newest", rounds->empty() ? 0ull : static_cast<unsigned long long>(rounds->front())}});
+    absl::MutexLock lock(&mu_);
+    offered_ = std::move(*rounds);
+  }
+
+  // The checkpoint of `round` to resume from; later rounds are removed (a
+  // history that will not happen). Fails the job's part when it cannot be
+  // read (it passed the checks when offered).
+  absl::StatusOr<storage::Checkpoint> LoadCheckpoint(const std::string& job_id, uint32_t index,
+                                                     uint64_t round) {
+    storage::CheckpointStore* store = Store();
+    if (store == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("resume from round ", round, ": this psd has no checkpoint store"));
+    }
+    absl::StatusOr<storage::Checkpoint> c = store->Read(job_id, index, round);
+    if (!c.ok()) {
+      return absl::Status(c.status().code(),
+                          absl::StrCat("resume from round ", round, ": ", c.status().message()));
+    }
+    if (absl::Status d = store->DeleteAfter(job_id, index, round); !d.ok()) {
+      logger().Warn("later checkpoints not removed", {{"error", d.message()}});
+    }
+    return c;
   }
 
   // Earlier jobs' checkpoints beyond checkpoint_keep_jobs go, so that a
@@ -328,10 +412,11 @@ class Psd::Jobs final : public JobRunner {
   // by the first job that asks).
   std::unique_ptr<storage::CheckpointStore> store_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<storage::CheckpointWriter> writer_ ABSL_GUARDED_BY(mu_);
-  storage::CheckpointWriterStats last_checkpoints_;  // agent thread only
-  uint64_t last_failure_logged_ = 0;                 // agent thread only
+  std::vector<uint64_t> offered_ ABSL_GUARDED_BY(mu_);  // OfferCheckpoints'
+  storage::CheckpointWriterStats last_checkpoints_;     // agent thread only
+  uint64_t last_failure_logged_ = 0;                    // agent thread only
   prometheus::Counter *checkpoints_written_, *checkpoints_failed_, *checkpoints_skipped_,
-      *checkpoint_open_failed_;
+      *checkpoint_open_failed_, *checkpoints_invalid_;
   prometheus::Gauge *checkpoint_round_, *checkpoint_bytes_, *checkpoint_write_seconds_,
       *checkpoint_unix_seconds_, *snapshot_seconds_;
 };

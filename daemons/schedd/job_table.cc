@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lib/base/escape.h"
+#include "lib/base/status_macros.h"
 #include "lib/job/job_spec.h"
 #include "lib/transport/packet_auth.h"
 
@@ -74,6 +75,8 @@ absl::StatusOr<v1::JobStatus> JobTable::Submit(const v1::SubmitJobRequest& req,
   j.started = j.finished = absl::InfinitePast();
   j.name = spec->name;
   j.model = spec->model;
+  j.checkpoint_every = spec->checkpoint_every_rounds;
+  j.recover_timeout = absl::Seconds(spec->recover_timeout_s);
   ++submitted_;
   v1::JobAssignment& a = j.assignment;
   a.set_job_id(absl::StrFormat("job-%s-%d",
@@ -81,12 +84,7 @@ absl::StatusOr<v1::JobStatus> JobTable::Submit(const v1::SubmitJobRequest& req,
                                submitted_));
   // The text every member parses: the canonical form of what was validated.
   a.set_spec_yaml(JobSpecToYaml(*spec));
-  // A fresh key per job; the id tells a late datagram of the previous job
-  // (stale_key) from a forged one.
-  absl::StatusOr<std::string> key = transport::RandomKeyBytes();
-  if (!key.ok()) return key.status();
-  a.set_data_key(*key);
-  a.set_data_key_id(uint32_t(submitted_ & 0xFF));
+  if (absl::Status s = NewKey(&a); !s.ok()) return s;
   a.set_roster_version(1);
   a.set_state(v1::JOB_STATE_STARTING);
   auto add = [&](const NodeRecord* n, uint32_t rank, v1::JobMember* out) {
@@ -110,6 +108,17 @@ absl::StatusOr<v1::JobStatus> JobTable::Submit(const v1::SubmitJobRequest& req,
   jobs_.push_back(std::move(j));
   while (jobs_.size() > history_max_) jobs_.pop_front();
   return Status(jobs_.back());
+}
+
+absl::Status JobTable::NewKey(v1::JobAssignment* a) {
+  // A fresh key per job and per recovery; the id tells a late datagram of
+  // the previous key (stale_key) from a forged one.
+  absl::StatusOr<std::string> key = transport::RandomKeyBytes();
+  if (!key.ok()) return key.status();
+  ++keys_issued_;
+  a->set_data_key(*key);
+  a->set_data_key_id(uint32_t(1 + keys_issued_ % 255));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::JobStatus> JobTable::Get(const std::string& job_id) const {
@@ -140,12 +149,13 @@ absl::StatusOr<v1::JobStatus> JobTable::Cancel(const std::string& job_id) {
                                             : absl::StrCat("no job ", job_id));
 }
 
-void JobTable::OnHeartbeat(const std::string& node_id, const v1::NodeJobReport* report,
-                           v1::HeartbeatResponse* resp) {
+void JobTable::OnHeartbeat(const std::string& node_id, uint64_t incarnation,
+                           const v1::NodeJobReport* report, v1::HeartbeatResponse* resp) {
   absl::MutexLock lock(&mu_);
   Job* current = jobs_.empty() ? nullptr : &jobs_.back();
   Member* me = current ? FindMember(*current, node_id) : nullptr;
-  if (me != nullptr && !me->m.alive()) me = nullptr;  // its old self was the member
+  // Its old self was the member (the membership event may not be seen yet).
+  if (me != nullptr && (!me->m.alive() || me->incarnation != incarnation)) me = nullptr;
 
   if (report != nullptr && me != nullptr && report->job_id() == current->assignment.job_id()) {
     me->report = *report;
@@ -172,22 +182,45 @@ void JobTable::OnHeartbeat(const std::string& node_id, const v1::NodeJobReport* 
   }
 }
 
-void JobTable::OnMembershipEvent(MembershipEventKind kind, const std::string& node_id,
-                                 uint64_t incarnation) {
+void JobTable::OnMembershipEvent(MembershipEventKind kind, const NodeRecord& n) {
   absl::MutexLock lock(&mu_);
   if (jobs_.empty() || !Active(jobs_.back())) return;
   Job& j = jobs_.back();
-  Member* m = FindMember(j, node_id);
-  if (m == nullptr || !m->m.alive()) return;
-  const char* why = nullptr;
-  if ((kind == MembershipEventKind::kDied || kind == MembershipEventKind::kLeft) &&
-      incarnation == m->incarnation) {
-    why = kind == MembershipEventKind::kDied ? "died" : "left";
-  } else if (kind == MembershipEventKind::kJoined && incarnation > m->incarnation) {
-    why = "restarted";
+  Member* m = FindMember(j, n.node_id);
+  if (m == nullptr) return;
+  if (m->m.alive()) {
+    const char* why = nullptr;
+    if ((kind == MembershipEventKind::kDied || kind == MembershipEventKind::kLeft) &&
+        n.incarnation == m->incarnation) {
+      why = kind == MembershipEventKind::kDied ? "died" : "left";
+    } else if (kind == MembershipEventKind::kJoined && n.incarnation > m->incarnation) {
+      why = "restarted";
+    }
+    if (why == nullptr) return;
+    LoseMember(j, m, why);
   }
-  if (why == nullptr) return;
-  LoseMember(j, m, why);
+  if (kind == MembershipEventKind::kJoined && Active(j)) Readopt(j, m, n);
+}
+
+void JobTable::Tick() {
+  absl::MutexLock lock(&mu_);
+  if (jobs_.empty()) return;
+  Job& j = jobs_.back();
+  if (j.assignment.state() != v1::JOB_STATE_RECOVERING || clock_->Now() < j.recover_deadline) {
+    return;
+  }
+  std::string missing;
+  for (const Member& m : j.members) {
+    if (m.role == NodeRole::kServer && !m.m.alive()) {
+      absl::StrAppend(&missing, missing.empty() ? "" : ", ", m.m.node_id());
+    }
+  }
+  const std::string limit =
+      absl::StrCat(absl::ToInt64Seconds(j.recover_timeout), " s (recover_timeout_s)");
+  Finish(j, v1::JOB_STATE_FAILED,
+         missing.empty() ? absl::StrCat("the members were not ready to resume within ", limit)
+                         : absl::StrCat("server ", missing, " did not come back within ", limit,
+                                        "; its shard of the parameters is lost"));
 }
 
 void JobTable::Reconcile(const std::vector<NodeRecord>& all) {
@@ -195,16 +228,19 @@ void JobTable::Reconcile(const std::vector<NodeRecord>& all) {
   if (jobs_.empty() || !Active(jobs_.back())) return;
   Job& j = jobs_.back();
   for (Member& m : j.members) {
-    if (!m.m.alive() || !Active(j)) continue;
+    if (!Active(j)) break;
     const NodeRecord* rec = nullptr;
     for (const NodeRecord& n : all) {
       if (n.node_id == m.m.node_id()) rec = &n;
     }
-    if (rec == nullptr || rec->state != NodeState::kAlive) {
-      LoseMember(j, &m, "gone");
-    } else if (rec->incarnation != m.incarnation) {
-      LoseMember(j, &m, "restarted");
+    if (m.m.alive()) {
+      if (rec == nullptr || rec->state != NodeState::kAlive) {
+        LoseMember(j, &m, "gone");
+      } else if (rec->incarnation != m.incarnation) {
+        LoseMember(j, &m, "restarted");
+      }
     }
+    if (rec != nullptr && Active(j)) Readopt(j, &m, *rec);
   }
 }
 
@@ -218,12 +254,60 @@ void JobTable::LoseMember(Job& j, Member* m, const char* why) {
                                 {"role", NodeRoleName(m->role)},
                                 {"why", why}});
   if (m->role == NodeRole::kServer) {
-    Finish(j, v1::JOB_STATE_FAILED,
-           absl::StrCat("server ", node_id, " ", why,
-                        "; its shard of the parameters is lost (no checkpoint to restore)"));
+    const std::string lost = absl::StrCat("server ", node_id, " ", why);
+    if (j.checkpoint_every <= 0 || j.recover_timeout <= absl::ZeroDuration()) {
+      Finish(j, v1::JOB_STATE_FAILED,
+             absl::StrCat(lost, "; its shard of the parameters is lost (",
+                          j.checkpoint_every <= 0 ? "the job writes no checkpoints"
+                                                  : "recover_timeout_s is 0",
+                          ")"));
+      return;
+    }
+    if (absl::Status s = BeginRecovery(j, lost); !s.ok()) {
+      Finish(j, v1::JOB_STATE_FAILED, absl::StrCat(lost, "; recovery: ", s.message()));
+    }
     return;
   }
   Advance(j);
+}
+
+absl::Status JobTable::BeginRecovery(Job& j, const std::string& lost) {
+  v1::JobAssignment& a = j.assignment;
+  RETURN_IF_ERROR(NewKey(&a));
+  a.set_recovery_epoch(a.recovery_epoch() + 1);
+  a.set_state(v1::JOB_STATE_RECOVERING);
+  a.set_start(false);
+  a.set_resume_round(0);
+  a.set_roster_version(a.roster_version() + 1);
+  j.recover_deadline = clock_->Now() + j.recover_timeout;
+  j.message = absl::StrCat(lost, "; waiting up to ", absl::ToInt64Seconds(j.recover_timeout),
+                           " s for it, then every member resumes from the newest checkpoint");
+  log_.Warn("job recovering", {{"job_id", a.job_id()},
+                               {"lost", lost},
+                               {"recovery_epoch", static_cast<unsigned>(a.recovery_epoch())}});
+  return absl::OkStatus();
+}
+
+void JobTable::Readopt(Job& j, Member* m, const NodeRecord& n) {
+  v1::JobAssignment& a = j.assignment;
+  if (m->m.alive() || m->role != NodeRole::kServer || a.state() != v1::JOB_STATE_RECOVERING ||
+      n.state != NodeState::kAlive || n.incarnation <= m->incarnation || n.data_address.empty()) {
+    return;
+  }
+  m->incarnation = n.incarnation;
+  m->m.set_alive(true);
+  m->m.set_data_address(n.data_address);
+  m->reported = false;
+  for (v1::JobMember& x : *a.mutable_servers()) {
+    if (x.node_id() == n.node_id) {
+      x.set_alive(true);
+      x.set_data_address(n.data_address);
+    }
+  }
+  a.set_roster_version(a.roster_version() + 1);
+  log_.Info("job member back", {{"job_id", a.job_id()},
+                                {"node_id", n.node_id},
+                                {"incarnation", static_cast<unsigned long long>(n.incarnation)}});
 }
 
 void JobTable::SyncAssignment(Job& j) {
@@ -237,21 +321,29 @@ void JobTable::SyncAssignment(Job& j) {
 }
 
 void JobTable::Advance(Job& j) {
+  v1::JobAssignment& a = j.assignment;
   int live_workers = 0, done_workers = 0;
   int64_t total = -1;
   bool all_ready = true;
   for (const Member& m : j.members) {
-    if (!m.m.alive()) continue;
+    if (!m.m.alive()) {
+      // A lost server holds up a recovery until it is back (or Tick fails it).
+      all_ready = all_ready && m.role != NodeRole::kServer;
+      continue;
+    }
+    // Only reports about the current recovery epoch count: the previous
+    // epoch's errors (its servers vanished) and readiness are moot.
     const v1::NodeJobReport& r = m.report;
-    if (m.reported && !r.error().empty()) {
+    const bool current = m.reported && r.recovery_epoch() == a.recovery_epoch();
+    if (current && !r.error().empty()) {
       Finish(j, v1::JOB_STATE_FAILED, absl::StrCat(m.m.node_id(), ": ", r.error()));
       return;
     }
-    all_ready = all_ready && m.reported && r.ready();
+    all_ready = all_ready && current && r.ready();
     if (m.role == NodeRole::kWorker) {
       ++live_workers;
-      if (m.reported && r.done()) ++done_workers;
-      if (m.reported && r.ready()) {
+      if (current && r.done()) ++done_workers;
+      if (current && r.ready()) {
         if (total >= 0 && r.total_iterations() != total) {
           Finish(j, v1::JOB_STATE_FAILED,
                  absl::StrCat("workers disagree on the job length (", total, " vs ",
@@ -267,7 +359,6 @@ void JobTable::Advance(Job& j) {
     Finish(j, v1::JOB_STATE_FAILED, "every worker of the job is gone");
     return;
   }
-  v1::JobAssignment& a = j.assignment;
   if (a.state() == v1::JOB_STATE_STARTING && all_ready) {
     if (total <= 0) {
       Finish(j, v1::JOB_STATE_FAILED, "the workers reported a job of 0 iterations");
@@ -280,9 +371,61 @@ void JobTable::Advance(Job& j) {
     j.started = clock_->Now();
     log_.Info("job running", {{"job_id", a.job_id()}});
   }
+  if (a.state() == v1::JOB_STATE_RECOVERING && all_ready) {
+    Resume(j);
+    return;
+  }
   if (a.state() == v1::JOB_STATE_RUNNING && done_workers == live_workers) {
     Finish(j, v1::JOB_STATE_SUCCEEDED, "");
   }
+}
+
+void JobTable::Resume(Job& j) {
+  v1::JobAssignment& a = j.assignment;
+  // The newest round every server can load; round 0 (the initial
+  // parameters) is always there. Reports are bounded: a server listing
+  // more than keep-last rounds is hostile or misconfigured, not useful.
+  constexpr int kRoundsRead = 1024;
+  std::vector<uint64_t> common = {0};
+  bool first = true;
+  for (const Member& m : j.members) {
+    if (m.role != NodeRole::kServer) continue;
+    const auto& rounds = m.report.checkpoint_rounds();
+    std::vector<uint64_t> mine(rounds.begin(),
+                               rounds.begin() + std::min(rounds.size(), kRoundsRead));
+    mine.push_back(0);
+    std::sort(mine.begin(), mine.end());
+    if (first) {
+      common = std::move(mine);
+      first = false;
+      continue;
+    }
+    std::vector<uint64_t> both;
+    std::set_intersection(common.begin(), common.end(), mine.begin(), mine.end(),
+                          std::back_inserter(both));
+    common = std::move(both);
+  }
+  uint64_t round = common.empty() ? 0 : common.back();
+  if (a.total_iterations() > 0) round = std::min<uint64_t>(round, uint64_t(a.total_iterations()));
+  a.set_resume_round(int64_t(round));
+  // Servers start round `round` at once; a job that had not started yet
+  // gets its length from the workers now.
+  if (a.total_iterations() <= 0) {
+    for (const Member& m : j.members) {
+      if (m.role == NodeRole::kWorker && m.m.alive()) {
+        a.set_total_iterations(m.report.total_iterations());
+      }
+    }
+    if (j.started == absl::InfinitePast()) j.started = clock_->Now();
+  }
+  a.set_state(v1::JOB_STATE_RUNNING);
+  a.set_start(true);
+  a.set_roster_version(a.roster_version() + 1);
+  ++j.recoveries;
+  j.message.clear();
+  log_.Info("job resumed", {{"job_id", a.job_id()},
+                            {"round", static_cast<unsigned long long>(round)},
+                            {"recovery_epoch", static_cast<unsigned>(a.recovery_epoch())}});
 }
 
 void JobTable::Finish(Job& j, v1::JobState state, const std::string& message) {
@@ -309,6 +452,8 @@ v1::JobStatus JobTable::Status(const Job& j) const {
   s.set_state(a.state());
   s.set_message(j.message);
   s.set_spec_yaml(a.spec_yaml());
+  s.set_recoveries(j.recoveries);
+  s.set_resume_round(a.resume_round());
   s.set_submitted_unix_ms(UnixMs(j.submitted));
   s.set_started_unix_ms(UnixMs(j.started));
   s.set_finished_unix_ms(UnixMs(j.finished));
@@ -351,7 +496,7 @@ v1::JobStatus JobTable::Status(const Job& j) const {
 std::vector<std::pair<v1::JobState, int>> JobTable::StateCounts() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::pair<v1::JobState, int>> out;
-  for (int s = v1::JOB_STATE_STARTING; s <= v1::JOB_STATE_CANCELLED; ++s) {
+  for (int s = v1::JOB_STATE_STARTING; s <= v1::JOB_STATE_RECOVERING; ++s) {
     int n = 0;
     for (const Job& j : jobs_) n += j.assignment.state() == s;
     out.push_back({static_cast<v1::JobState>(s), n});

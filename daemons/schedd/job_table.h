@@ -3,18 +3,26 @@
 //
 //   Submit ──> STARTING ──(every member reported ready)──> RUNNING
 //      RUNNING ──(every live worker done)──> SUCCEEDED
-//      any active state ──(member error, server lost, no worker left)──> FAILED
+//      any active state ──(server lost, job checkpoints)──> RECOVERING
+//      RECOVERING ──(lost servers back, every member ready)──> RUNNING
+//      any active state ──(member error, server lost without checkpoints
+//                          or not back by recover_timeout_s, no worker
+//                          left)──> FAILED
 //      any active state ──(Cancel)──> CANCELLED
 //
 // Members learn everything from their heartbeat responses: whenever a
 // member's report shows an older job or roster_version, the response
 // carries the current JobAssignment. A dead worker is dropped from the
-// roster (servers stop waiting for it); a dead server fails the job, since
-// its shard of the parameters is gone (checkpoints come later).
+// roster (servers stop waiting for it). A dead server's shard is gone from
+// memory: with checkpoints the job waits for the server to re-register
+// (same node id, new incarnation), then every member restarts its part in
+// a new recovery epoch, with a new data key, from the newest round every
+// server holds a valid checkpoint of (docs/jobs.md, "Recovery").
 //
 // Membership events arrive from schedd's reaper; an event only concerns a
 // member if it is about the incarnation the job was given (a node that
-// restarts loses its part, so its new incarnation is not the member).
+// restarts loses its part, so its new incarnation is not the member until
+// a recovery re-adopts it).
 //
 // Thread-safe; every method is O(members) or O(history).
 #ifndef HETPS_DAEMONS_SCHEDD_JOB_TABLE_H_
@@ -49,12 +57,15 @@ class JobTable {
   absl::StatusOr<v1::JobStatus> Cancel(const std::string& job_id);
 
   // Records a member's report (may be null) and fills resp->job when the
-  // node must (re)apply an assignment.
-  void OnHeartbeat(const std::string& node_id, const v1::NodeJobReport* report,
-                   v1::HeartbeatResponse* resp);
-  // A membership event for (node_id, incarnation).
-  void OnMembershipEvent(MembershipEventKind kind, const std::string& node_id,
-                         uint64_t incarnation);
+  // node must (re)apply an assignment. Only the member's incarnation is the
+  // member: a restarted node is not, until a recovery re-adopts it.
+  void OnHeartbeat(const std::string& node_id, uint64_t incarnation,
+                   const v1::NodeJobReport* report, v1::HeartbeatResponse* resp);
+  // A membership event about `node` (as membership recorded it).
+  void OnMembershipEvent(MembershipEventKind kind, const NodeRecord& node);
+  // Fails a recovery that ran past its job's recover_timeout_s. Called
+  // periodically.
+  void Tick();
 
   // Applies the full membership table (`all`, departed nodes included) after
   // events may have been missed.
@@ -76,7 +87,11 @@ class JobTable {
     v1::JobAssignment assignment;
     std::string name, model, message;
     absl::Time submitted, started, finished;
-    std::vector<Member> members;  // servers by index, then workers by rank
+    std::vector<Member> members;   // servers by index, then workers by rank
+    int64_t checkpoint_every = 0;  // from the spec
+    absl::Duration recover_timeout;
+    absl::Time recover_deadline;  // while RECOVERING
+    uint32_t recoveries = 0;      // completed
   };
 
   static bool Active(const Job& j);
@@ -87,6 +102,14 @@ class JobTable {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SyncAssignment(Job& j);  // member aliveness into the assignment
   void LoseMember(Job& j, Member* m, const char* why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every member ready in the recovery epoch: picks the round and starts.
+  void Resume(Job& j) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new recovery epoch: new key, every member restarts its part.
+  absl::Status BeginRecovery(Job& j, const std::string& lost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A lost server back with a newer incarnation becomes the member again.
+  void Readopt(Job& j, Member* m, const NodeRecord& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets a fresh data key and id (never the previous id).
+  absl::Status NewKey(v1::JobAssignment* a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::JobStatus Status(const Job& j) const;
 
   const Clock* const clock_;
@@ -95,6 +118,7 @@ class JobTable {
   mutable absl::Mutex mu_;
   std::deque<Job> jobs_ ABSL_GUARDED_BY(mu_);  // newest last
   uint64_t submitted_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t keys_issued_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace hetps

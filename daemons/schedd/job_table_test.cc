@@ -45,10 +45,17 @@ struct Fixture {
   FakeClock clock;
   JobTable table{&clock, Logger()};
 
-  v1::JobAssignment Beat(const std::string& node, const v1::NodeJobReport* r) {
+  v1::JobAssignment Beat(const std::string& node, const v1::NodeJobReport* r,
+                         uint64_t incarnation = 1) {
     v1::HeartbeatResponse resp;
-    table.OnHeartbeat(node, r, &resp);
+    table.OnHeartbeat(node, incarnation, r, &resp);
     return resp.job();
+  }
+  void Event(MembershipEventKind kind, const std::string& node, uint64_t incarnation,
+             const std::string& data = "127.0.0.1:5000") {
+    NodeRecord n = Node(node, NodeRole::kUnspecified, incarnation, data);
+    if (kind != MembershipEventKind::kJoined) n.state = NodeState::kDead;
+    table.OnMembershipEvent(kind, n);
   }
   v1::JobState State() { return table.Get("")->state(); }
 };
@@ -171,11 +178,11 @@ TEST_CASE("A dead worker leaves the roster; the job goes on") {
   v1::JobAssignment a = f.Beat("psd-0", nullptr);
   // An event about an older or newer incarnation that is not a restart
   // does not concern the member.
-  f.table.OnMembershipEvent(MembershipEventKind::kDied, "worker-1", 7);
-  f.table.OnMembershipEvent(MembershipEventKind::kJoined, "worker-1", 1);
+  f.Event(MembershipEventKind::kDied, "worker-1", 7);
+  f.Event(MembershipEventKind::kJoined, "worker-1", 1);
   CHECK(f.table.Get("")->nodes(3).alive());
 
-  f.table.OnMembershipEvent(MembershipEventKind::kDied, "worker-1", 1);
+  f.Event(MembershipEventKind::kDied, "worker-1", 1);
   v1::JobStatus s = *f.table.Get("");
   CHECK_FALSE(s.nodes(3).alive());
   CHECK(s.state() == v1::JOB_STATE_STARTING);
@@ -195,7 +202,7 @@ TEST_CASE("A dead worker leaves the roster; the job goes on") {
   CHECK(f.Beat("worker-1", nullptr).job_id().empty());
 
   // Losing the last worker fails the job.
-  f.table.OnMembershipEvent(MembershipEventKind::kJoined, "worker-0", 2);  // restarted
+  f.Event(MembershipEventKind::kJoined, "worker-0", 2);  // restarted
   s = *f.table.Get("");
   CHECK(s.state() == v1::JOB_STATE_FAILED);
   CHECK(s.message().find("every worker") != std::string::npos);
@@ -205,10 +212,11 @@ TEST_CASE("A lost server, a member error or a cancel ends the job") {
   SECTION("server") {
     Fixture f;
     REQUIRE(f.table.Submit(Request(), Cluster()).ok());
-    f.table.OnMembershipEvent(MembershipEventKind::kLeft, "psd-1", 1);
+    f.Event(MembershipEventKind::kLeft, "psd-1", 1);
     v1::JobStatus s = *f.table.Get("");
     CHECK(s.state() == v1::JOB_STATE_FAILED);
     CHECK(s.message().find("psd-1") != std::string::npos);
+    CHECK(s.message().find("writes no checkpoints") != std::string::npos);
   }
   SECTION("reconcile after missed events") {
     Fixture f;
@@ -265,6 +273,150 @@ TEST_CASE("A lost server, a member error or a cancel ends the job") {
     CHECK(a.job_id() == "job-from-before-a-restart");
     CHECK(a.state() == v1::JOB_STATE_CANCELLED);
     CHECK(a.roster_version() == 4);
+  }
+}
+
+// A job that checkpoints, started on Cluster(); every member ready.
+v1::JobAssignment StartCheckpointedJob(Fixture& f, const std::string& extra = "") {
+  REQUIRE(f.table
+              .Submit(Request("model: mlp\nepochs: 1\ncheckpoint_every_rounds: 10\n"
+                              "recover_timeout_s: 30\n" +
+                              extra),
+                      Cluster())
+              .ok());
+  v1::JobAssignment a = f.Beat("psd-0", nullptr);
+  for (const char* n : {"psd-0", "psd-1", "worker-0", "worker-1"}) {
+    v1::NodeJobReport r = Report(a, true);
+    f.Beat(n, &r);
+  }
+  a = f.Beat("psd-0", nullptr);
+  REQUIRE(a.state() == v1::JOB_STATE_RUNNING);
+  return a;
+}
+
+// What a member reports once ready in `a`'s recovery epoch.
+v1::NodeJobReport RecoveryReport(const v1::JobAssignment& a, std::vector<uint64_t> rounds = {}) {
+  v1::NodeJobReport r = Report(a, true);
+  r.set_recovery_epoch(a.recovery_epoch());
+  for (uint64_t x : rounds) r.add_checkpoint_rounds(x);
+  return r;
+}
+
+TEST_CASE("A lost server of a checkpointed job: RECOVERING, back, resumed") {
+  Fixture f;
+  const v1::JobAssignment running = StartCheckpointedJob(f);
+  // psd-1 restarts: its new incarnation is not the member, even before the
+  // membership event arrives.
+  CHECK(f.Beat("psd-1", nullptr, 2).job_id().empty());
+  f.Event(MembershipEventKind::kJoined, "psd-1", 2, "127.0.0.1:6001");
+  v1::JobStatus s = *f.table.Get("");
+  CHECK(s.state() == v1::JOB_STATE_RECOVERING);
+  CHECK(s.message().find("psd-1 restarted") != std::string::npos);
+  // Re-adopted at once (the join was the event), at its new address.
+  v1::JobAssignment a = f.Beat("psd-1", nullptr, 2);
+  CHECK(a.state() == v1::JOB_STATE_RECOVERING);
+  CHECK(a.recovery_epoch() == 1);
+  CHECK_FALSE(a.start());
+  CHECK(a.servers(1).alive());
+  CHECK(a.servers(1).data_address() == "127.0.0.1:6001");
+  CHECK(a.data_key_id() != running.data_key_id());
+  CHECK(a.data_key() != running.data_key());
+
+  // Errors and readiness from the previous epoch do not count.
+  v1::NodeJobReport old = Report(running, true);
+  old.set_error("worker 0: no parameters for iteration 57 within 2m");
+  f.Beat("worker-0", &old);
+  CHECK(f.State() == v1::JOB_STATE_RECOVERING);
+
+  // Resume at the newest round both servers hold: 40 (psd-1 lost 50).
+  v1::NodeJobReport p0 = RecoveryReport(a, {50, 40, 30}), p1 = RecoveryReport(a, {40, 30, 20});
+  f.Beat("psd-0", &p0);
+  f.Beat("psd-1", &p1, 2);
+  v1::NodeJobReport w0 = RecoveryReport(a);
+  f.Beat("worker-0", &w0);
+  CHECK(f.State() == v1::JOB_STATE_RECOVERING);  // worker-1 not ready yet
+  v1::NodeJobReport w1 = RecoveryReport(a);
+  v1::JobAssignment b = f.Beat("worker-1", &w1);
+  CHECK(b.state() == v1::JOB_STATE_RUNNING);
+  CHECK(b.start());
+  CHECK(b.resume_round() == 40);
+  CHECK(b.recovery_epoch() == 1);
+  CHECK(b.total_iterations() == running.total_iterations());
+  s = *f.table.Get("");
+  CHECK(s.recoveries() == 1);
+  CHECK(s.resume_round() == 40);
+  CHECK(s.message().empty());
+
+  // Done reports of the recovery epoch end it.
+  for (const char* n : {"worker-0", "worker-1"}) {
+    v1::NodeJobReport d = RecoveryReport(b);
+    d.set_done(true);
+    f.Beat(n, &d);
+  }
+  CHECK(f.State() == v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_CASE("Recovery: no common round resumes from 0; another loss starts over") {
+  Fixture f;
+  StartCheckpointedJob(f);
+  f.Event(MembershipEventKind::kDied, "psd-0", 1);
+  v1::JobAssignment a = f.Beat("psd-1", nullptr);
+  CHECK(a.state() == v1::JOB_STATE_RECOVERING);
+  CHECK_FALSE(a.servers(0).alive());
+  // Everyone else ready: still waiting for psd-0.
+  for (const char* n : {"psd-1", "worker-0", "worker-1"}) {
+    v1::NodeJobReport r = RecoveryReport(a, {30});
+    f.Beat(n, &r);
+  }
+  CHECK(f.State() == v1::JOB_STATE_RECOVERING);
+  // A worker lost meanwhile is dropped, as in any state.
+  f.Event(MembershipEventKind::kDied, "worker-1", 1);
+  f.Event(MembershipEventKind::kJoined, "psd-0", 3);
+  a = f.Beat("psd-0", nullptr, 3);
+  CHECK(a.servers(0).alive());
+  v1::NodeJobReport r0 = RecoveryReport(a, {20});
+  v1::JobAssignment b = f.Beat("psd-0", &r0, 3);
+  CHECK(b.state() == v1::JOB_STATE_RUNNING);
+  CHECK(b.resume_round() == 0);
+  CHECK_FALSE(b.workers(1).alive());
+}
+
+TEST_CASE("Recovery fails after recover_timeout_s, or without checkpoints") {
+  SECTION("timeout") {
+    Fixture f;
+    StartCheckpointedJob(f);
+    f.Event(MembershipEventKind::kLeft, "psd-1", 1);
+    f.clock.Advance(absl::Seconds(29));
+    f.table.Tick();
+    CHECK(f.State() == v1::JOB_STATE_RECOVERING);
+    f.clock.Advance(absl::Seconds(2));
+    f.table.Tick();
+    v1::JobStatus s = *f.table.Get("");
+    CHECK(s.state() == v1::JOB_STATE_FAILED);
+    CHECK(s.message().find("psd-1 did not come back within 30 s") != std::string::npos);
+  }
+  SECTION("recover_timeout_s: 0") {
+    Fixture f;
+    REQUIRE(f.table
+                .Submit(Request("model: mlp\nepochs: 1\ncheckpoint_every_rounds: 10\n"
+                                "recover_timeout_s: 0\n"),
+                        Cluster())
+                .ok());
+    f.Event(MembershipEventKind::kDied, "psd-0", 1);
+    v1::JobStatus s = *f.table.Get("");
+    CHECK(s.state() == v1::JOB_STATE_FAILED);
+    CHECK(s.message().find("recover_timeout_s is 0") != std::string::npos);
+  }
+  SECTION("an error in the recovery epoch") {
+    Fixture f;
+    StartCheckpointedJob(f);
+    f.Event(MembershipEventKind::kDied, "psd-0", 1);
+    v1::JobAssignment a = f.Beat("psd-1", nullptr);
+    v1::NodeJobReport r = RecoveryReport(a);
+    r.set_ready(false);
+    r.set_error("checkpoint store cannot be opened");
+    f.Beat("psd-1", &r);
+    CHECK(f.State() == v1::JOB_STATE_FAILED);
   }
 }
 

@@ -164,7 +164,8 @@ class Schedd::Service final : public v1::Scheduler::Service {
     s_->metrics_->Rpc("Heartbeat", st.error_code());
     if (s.ok()) {
       resp->set_membership_version(s_->membership_->version());
-      s_->jobs_->OnHeartbeat(req->node_id(), req->has_job() ? &req->job() : nullptr, resp);
+      s_->jobs_->OnHeartbeat(req->node_id(), req->incarnation(),
+                             req->has_job() ? &req->job() : nullptr, resp);
     }
     return st;
   }
@@ -418,7 +419,7 @@ void Schedd::ReaperLoop() {
       const char* what = e.kind == MembershipEventKind::kJoined ? "node joined"
                          : e.kind == MembershipEventKind::kDied ? "node died"
                                                                 : "node left";
-      jobs_->OnMembershipEvent(e.kind, n.node_id, n.incarnation);
+      jobs_->OnMembershipEvent(e.kind, n);
       LogLevel level = e.kind == MembershipEventKind::kDied ? LogLevel::kWarn : LogLevel::kInfo;
       log.Log(level, what,
               {{"node_id", n.node_id},
@@ -434,6 +435,7 @@ void Schedd::ReaperLoop() {
       changed = true;
     }
     if (changed) metrics_->Refresh(*membership_);
+    jobs_->Tick();
     metrics_->RefreshJobs(*jobs_);
   }
   membership_->Unwatch(sub);

@@ -87,7 +87,7 @@ class Workerd::Jobs final : public JobRunner {
     c.endpoint = data->config();
     c.evaluate = rank == 0;
     ASSIGN_OR_RETURN(std::unique_ptr<TraceLog> trace,
-                     OpenJobTrace(w_->config_.data, a.job_id(), w_->runtime_->node_id()));
+                     OpenJobTrace(w_->config_.data, a, w_->runtime_->node_id()));
     c.trace = trace.get();
     c.trace_node = w_->runtime_->node_id();
     // Rounds start once every member is ready: allow for slow starters.
@@ -106,6 +106,21 @@ class Workerd::Jobs final : public JobRunner {
     w_->mux_.Set(worker.get());
     if (StopRequested()) worker->Stop();
     MarkReady();
+    if (a.recovery_epoch() > 0) {
+      // A recovery: every member is ready before the servers resume, at
+      // the round schedd picked from their checkpoints.
+      v1::JobAssignment latest = a;
+      while (!latest.start()) {
+        if (!WaitUpdate(absl::Seconds(1), latest.roster_version(), &latest)) {
+          Detach();
+          return absl::OkStatus();
+        }
+      }
+      worker->ResumeAt(latest.resume_round());
+      logger().Info("resuming", {{"job_id", a.job_id()},
+                                 {"iteration", static_cast<long long>(latest.resume_round())},
+                                 {"recovery_epoch", latest.recovery_epoch()}});
+    }
     logger().Info("training", {{"job_id", a.job_id()},
                                {"rank", rank},
                                {"workers", a.workers_size()},
@@ -130,11 +145,7 @@ class Workerd::Jobs final : public JobRunner {
                                  {"pull_wait_s", p.pull_wait_s},
                                  {"start_wait_s", p.start_wait_s}});
     });
-    w_->mux_.Set(nullptr);
-    {
-      absl::MutexLock lock(&mu_);
-      worker_ = nullptr;
-    }
+    Detach();
     if (s.ok()) {
       logger().Info("job part done",
                     {{"job_id", a.job_id()},
@@ -178,6 +189,13 @@ class Workerd::Jobs final : public JobRunner {
   }
 
  private:
+  // The worker stops receiving and being stopped through worker_.
+  void Detach() {
+    w_->mux_.Set(nullptr);
+    absl::MutexLock lock(&mu_);
+    worker_ = nullptr;
+  }
+
   WorkerProgress progress_snapshot() {
     absl::MutexLock lock(&mu_);
     return progress_;

@@ -49,18 +49,21 @@ void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* c) {
 }
 
 absl::StatusOr<std::unique_ptr<TraceLog>> OpenJobTrace(const DataPlaneConfig& config,
-                                                       const std::string& job_id,
+                                                       const v1::JobAssignment& job,
                                                        const std::string& node_id) {
   if (config.trace_dir.empty()) return std::unique_ptr<TraceLog>();
   // Both come from schedd and its members' config: never a path of their own.
-  for (const std::string* part : {&job_id, &node_id}) {
+  for (const std::string* part : {&job.job_id(), &node_id}) {
     if (part->empty() || part->find('/') != std::string::npos || *part == "." || *part == "..") {
       return absl::InvalidArgumentError(absl::StrCat(
           "trace file name from \"", EscapeUntrusted(*part), "\" is not a plain name"));
     }
   }
-  return TraceLog::Open(absl::StrCat(config.trace_dir, "/", job_id, "-", node_id, ".jsonl"),
-                        uint64_t(config.trace_bytes_max));
+  const std::string epoch =
+      job.recovery_epoch() > 0 ? absl::StrCat("-recovery", job.recovery_epoch()) : "";
+  return TraceLog::Open(
+      absl::StrCat(config.trace_dir, "/", job.job_id(), "-", node_id, epoch, ".jsonl"),
+      uint64_t(config.trace_bytes_max));
 }
 
 absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(

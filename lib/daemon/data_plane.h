@@ -39,10 +39,11 @@ struct DataPlaneConfig {
   int64_t trace_bytes_max = 256ll << 20;
 };
 
-// The job's round trace file, <trace_dir>/<job_id>-<node_id>.jsonl, or
-// null when trace_dir is empty.
+// The job's round trace file, <trace_dir>/<job_id>-<node_id>.jsonl (in a
+// recovery epoch E: <job_id>-<node_id>-recovery<E>.jsonl, so the history
+// before it stays), or null when trace_dir is empty.
 absl::StatusOr<std::unique_ptr<TraceLog>> OpenJobTrace(const DataPlaneConfig& config,
-                                                       const std::string& job_id,
+                                                       const v1::JobAssignment& job,
                                                        const std::string& node_id);
 
 void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* config);

@@ -33,7 +33,9 @@ void JobRunner::Shutdown() {
 
 void JobRunner::MarkReady() {
   absl::MutexLock lock(&mu_);
-  ready_ = true;
+  // A run asked to stop is not the one being reported (a recovery epoch
+  // may have replaced it).
+  if (!stop_) ready_ = true;
 }
 
 bool JobRunner::WaitUpdate(absl::Duration timeout, uint64_t known_roster,
@@ -59,6 +61,7 @@ bool JobRunner::FillJobReport(v1::NodeJobReport* r) {
     if (!has_job_) return false;
     r->set_job_id(current_.job_id());
     r->set_roster_version(current_.roster_version());
+    r->set_recovery_epoch(current_.recovery_epoch());
     r->set_ready(ready_);
     r->set_done(done_);
     r->set_error(error_);
@@ -73,7 +76,11 @@ void JobRunner::OnJobAssignment(const v1::JobAssignment& a) {
   {
     absl::MutexLock lock(&mu_);
     if (shutdown_) return;
-    if (has_job_ && a.job_id() == current_.job_id()) {
+    const bool same_job = has_job_ && a.job_id() == current_.job_id();
+    const bool recovery = same_job && !Ended(a.state()) &&
+                          a.recovery_epoch() > current_.recovery_epoch() &&
+                          a.roster_version() > current_.roster_version();
+    if (same_job && !recovery) {
       if (a.roster_version() <= current_.roster_version()) return;
       current_ = a;
       if (Ended(a.state())) {
@@ -85,9 +92,15 @@ void JobRunner::OnJobAssignment(const v1::JobAssignment& a) {
       }
     } else {
       if (Ended(a.state())) return;  // about a job this node does not run
-      log_.Info(
-          "job assigned",
-          {{"job_id", a.job_id()}, {"servers", a.servers_size()}, {"workers", a.workers_size()}});
+      if (recovery) {
+        // Its part restarts from the checkpoint round schedd names.
+        log_.Warn("job recovering: restarting this node's part",
+                  {{"job_id", a.job_id()}, {"recovery_epoch", a.recovery_epoch()}});
+      } else {
+        log_.Info(
+            "job assigned",
+            {{"job_id", a.job_id()}, {"servers", a.servers_size()}, {"workers", a.workers_size()}});
+      }
       stop_job = running_ && !stop_;
       stop_ = stop_ || running_;
       pending_ = a;

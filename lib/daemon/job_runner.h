@@ -10,6 +10,10 @@
 //                      start flag); an ended state (succeeded, failed,
 //                      cancelled) also asks the job to stop, and the node
 //                      stops reporting it.
+//   same id, newer recovery_epoch
+//                   -> like a new job: the running part is stopped and
+//                      started again from the new assignment (RunJob reads
+//                      recovery_epoch and resume_round).
 // A subclass implements RunJob (blocks until its part is done, calls
 // MarkReady once built), StopJob (makes RunJob return soon; any thread)
 // and FillProgress. Thread-safe.

@@ -1,13 +1,17 @@
 // BSP through real shard servers and workers over loopback UDP, in one
-// process (threads): equivalence with single-process training, a worker
-// dying mid-job, and accuracy on Fashion-MNIST.
+// process (threads): equivalence with single-process training, a job
+// resumed from checkpoints, a worker dying mid-job, and accuracy on
+// Fashion-MNIST.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <thread>
 
+#include "lib/base/test_dir.h"
 #include "lib/job/bsp_worker.h"
 #include "lib/job/local_training.h"
 #include "lib/ps/shard_server.h"
+#include "lib/storage/checkpoint_store.h"
+#include "lib/storage/checkpoint_writer.h"
 #include "lib/transport/receiver_mux.h"
 #include "lib/transport/test_flows.h"
 
@@ -28,8 +32,11 @@ struct Cluster {
   // `loss` > 0: the nodes talk over a SimNetwork whose every link drops this
   // fraction of datagrams (data, ACKs and STOPs); else over loopback
   // sockets, each node binding its own.
+  // `configure`, when set, adjusts each server's config (by index) before
+  // it is created.
   Cluster(const JobSpec& job, int num_servers, int num_workers, absl::Duration deadline,
-          double loss = 0) {
+          double loss = 0,
+          const std::function<void(int, ps::ShardServerConfig*)>& configure = nullptr) {
     train::SetCpuThreads(1);  // several trainers share this machine's cores
     transport::EndpointConfig ec;
     ec.key = transport::testing::TestKey();
@@ -70,6 +77,7 @@ struct Cluster {
       c.endpoint.early_close = job.early_close();
       c.endpoint.tcp_congestion = job.tcp_congestion_name();
       c.transport = transport::TransportKindFor(job.transport);
+      if (configure) configure(s, &c);
       auto sv = ps::ShardServer::Create(c, init, Shared(c.endpoint));
       REQUIRE(sv.ok());
       (*sv)->SetWorkers(worker_peers);
@@ -156,6 +164,81 @@ TEST_CASE("two workers, two servers: BSP equals training on the combined batch",
   for (auto& s : c.servers) {
     REQUIRE(s->WaitFinished(absl::Seconds(10)));
     CHECK(s->GetStats().rounds_complete == 25);
+  }
+}
+
+// The psd recovery path without daemons: a job checkpoints as it trains;
+// a second cluster resumes every server from the newest round both hold
+// and every worker at that round. It ends at the uninterrupted run's
+// parameters, bit for bit, and a resumed worker refuses older parameters.
+TEST_CASE("servers resumed from checkpoints and workers at that round end where the job did",
+          "[bsp]") {
+  const JobSpec job = SmallJob(40);
+  auto store = storage::CheckpointStore::Open({MakeTestDir("bsp-resume"), 10});
+  REQUIRE(store.ok());
+  std::vector<float> uninterrupted;
+  {
+    // One writer per server, as each psd has its own.
+    storage::CheckpointWriter w0(store->get()), w1(store->get());
+    storage::CheckpointWriter* writers[] = {&w0, &w1};
+    Cluster c(job, 2, 1, absl::Seconds(10), 0, [&](int s, ps::ShardServerConfig* sc) {
+      sc->checkpoints = writers[s];
+      sc->checkpoint_every_rounds = 10;
+      sc->job_id = "job-resume";
+    });
+    c.Start();
+    REQUIRE(c.workers[0]->Run(0, nullptr).ok());
+    uninterrupted = c.workers[0]->params();
+    for (auto& s : c.servers) REQUIRE(s->WaitFinished(absl::Seconds(10)));
+    for (auto* w : writers) w->Drain();
+  }
+  // Round 10 was offered to an idle writer; later ones may have been
+  // skipped while it was busy. Resume at the newest round both servers
+  // hold, as schedd would.
+  std::vector<uint64_t> common;
+  for (uint32_t s = 0; s < 2; ++s) {
+    storage::ReadStats why;
+    auto rounds = (*store)->ValidRounds("job-resume", s, &why);
+    REQUIRE(rounds.ok());
+    INFO("server " << s << ": " << (why.why.empty() ? "" : why.why[0]));
+    REQUIRE(!rounds->empty());
+    if (s == 0) {
+      common = *rounds;
+    } else {
+      std::vector<uint64_t> both;
+      for (uint64_t r : common) {
+        if (std::find(rounds->begin(), rounds->end(), r) != rounds->end()) both.push_back(r);
+      }
+      common = both;
+    }
+  }
+  // The final round's checkpoint would leave nothing to train: the newest before.
+  common.erase(std::remove(common.begin(), common.end(), 40), common.end());
+  REQUIRE(!common.empty());
+  const uint64_t round = common.front();
+  INFO("resumed at round " << round);
+  REQUIRE(round >= 10);
+  REQUIRE(round < 40);
+  std::vector<storage::Checkpoint> ckpt;
+  for (uint32_t s = 0; s < 2; ++s) {
+    auto c = (*store)->Read("job-resume", s, round);
+    REQUIRE(c.ok());
+    ckpt.push_back(std::move(*c));
+  }
+  Cluster c(job, 2, 1, absl::Seconds(10), 0,
+            [&](int s, ps::ShardServerConfig* sc) { sc->resume = &ckpt[s]; });
+  c.workers[0]->ResumeAt(int64_t(round));
+  // Parameters of an earlier round are not taken.
+  transport::Header stale;
+  stale.iteration = uint32_t(round - 1);
+  CHECK(c.workers[0]->AcceptFlow(c.servers[0]->local(), stale) ==
+        transport::DropReason::kUnexpected);
+  c.Start();
+  REQUIRE(c.workers[0]->Run(0, nullptr).ok());
+  CHECK(c.workers[0]->params() == uninterrupted);  // bit for bit
+  for (auto& s : c.servers) {
+    REQUIRE(s->WaitFinished(absl::Seconds(10)));
+    CHECK(s->GetStats().rounds_complete == 40 - round);
   }
 }
 

@@ -66,15 +66,20 @@ BspWorker::~BspWorker() {
 
 void BspWorker::Stop() {
   stop_ = true;
-  absl::MutexLock lock(&mu_);
-  arrived_.SignalAll();
+  std::vector<std::shared_ptr<transport::SendHandle>> pushes;
+  {
+    absl::MutexLock lock(&mu_);
+    arrived_.SignalAll();
+    pushes = in_flight_;
+  }
+  for (auto& h : pushes) endpoint_->Cancel(h);
 }
 
 void BspWorker::SetServers(const std::vector<Peer>& servers) {
   absl::MutexLock lock(&mu_);
   servers_ = servers;
-  complete_.assign(servers.size(), -1);
-  receiving_.assign(servers.size(), -1);
+  complete_.assign(servers.size(), start_ - 1);
+  receiving_.assign(servers.size(), start_ - 1);
   pull_packets_.assign(servers.size(), 0);
   pulled_.assign(servers.size(), transport::FlowResult());
   if (!servers.empty()) {
@@ -85,6 +90,15 @@ void BspWorker::SetServers(const std::vector<Peer>& servers) {
           ps::PacketsForChunks(*layout_, map_->ChunksOf(s), config_.endpoint.payload_floats());
     }
   }
+  arrived_.SignalAll();
+}
+
+void BspWorker::ResumeAt(int64_t iteration) {
+  absl::MutexLock lock(&mu_);
+  start_ = std::clamp<int64_t>(iteration, 0, total_);
+  // A resumed server's first parameters may have arrived already.
+  for (int64_t& c : complete_) c = std::max(c, start_ - 1);
+  for (int64_t& r : receiving_) r = std::max(r, start_ - 1);
   arrived_.SignalAll();
 }
 
@@ -148,9 +162,14 @@ absl::Status BspWorker::Run(int64_t report_every,
   std::vector<float> x(size_t(batch) * px);
   std::vector<uint8_t> y(batch);
   double loss_sum = 0;
-  int64_t loss_n = 0, last_report_it = 0;
+  int64_t t;
+  {
+    absl::MutexLock lock(&mu_);
+    t = start_;
+  }
+  int64_t loss_n = 0, last_report_it = t;
   auto last_report = Clock::now();
-  int64_t t = 0;
+  p.iteration = t;
   bool first_pull = true;
   const RealClock* mono = RealClock::Get();  // the endpoint's clock: traces line up
   JsonWriter line;
@@ -225,7 +244,7 @@ absl::Status BspWorker::Run(int64_t report_every,
       pushed.resize(servers_.size(), false);
       handles.resize(servers_.size());
       const uint32_t pf = config_.endpoint.payload_floats();
-      for (uint32_t s = 0; s < servers_.size(); ++s) {
+      for (uint32_t s = 0; s < servers_.size() && !stop_; ++s) {
         const std::vector<uint32_t>& chunks = map_->ChunksOf(s);
         if (pushed[s] || chunks.empty()) continue;
         const ps::Chunk first = layout_->chunk(*std::min_element(chunks.begin(), chunks.end()));
@@ -240,6 +259,7 @@ absl::Status BspWorker::Run(int64_t report_every,
         options.loss_tolerant = config_.job.loss_tolerant();
         handles[s] =
             endpoint_->Send(servers_[s], static_cast<uint32_t>(t), std::move(packets), options);
+        in_flight_.push_back(handles[s]);
       }
     };
     // params_ stays put until the next pull: the model reads it in place.
@@ -259,6 +279,11 @@ absl::Status BspWorker::Run(int64_t report_every,
     }
     // Cancelled flows finish on the endpoint thread's next turn.
     for (auto& h : handles) h->Wait(absl::InfiniteDuration());
+    {
+      absl::MutexLock lock(&mu_);
+      in_flight_.clear();
+    }
+    if (stop_) return absl::CancelledError("worker stopped");
     p.push_s += secs(push_start, Clock::now());
     if (config_.trace != nullptr) {
       line = JsonWriter();

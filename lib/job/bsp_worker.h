@@ -78,6 +78,10 @@ class BspWorker : public transport::Receiver {
   // Servers are given later when they start after the workers.
   void SetServers(const std::vector<transport::Peer>& servers);
 
+  // Before Run, when the job resumes from a checkpoint: training starts at
+  // `iteration`, and parameters of earlier rounds are refused.
+  void ResumeAt(int64_t iteration);
+
   // Trains to the end. `progress` is called after every iteration that
   // evaluates and every `report_every` iterations.
   absl::Status Run(int64_t report_every,
@@ -112,6 +116,7 @@ class BspWorker : public transport::Receiver {
   train::EvalResult final_eval_;
   int64_t total_ = 0;
   std::atomic<bool> stop_{false};
+  int64_t start_ = 0;  // ResumeAt's iteration
 
   mutable absl::Mutex mu_;
   absl::CondVar arrived_;
@@ -126,6 +131,9 @@ class BspWorker : public transport::Receiver {
   // Per server: its latest parameter flow's FlowResult (traces).
   std::vector<transport::FlowResult> pulled_ ABSL_GUARDED_BY(mu_);
   uint64_t bad_packets_ ABSL_GUARDED_BY(mu_) = 0;
+  // This iteration's pushes, for Stop to cancel (a push to a server that
+  // is gone would otherwise hold Run for up to the round deadline).
+  std::vector<std::shared_ptr<transport::SendHandle>> in_flight_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace hetps

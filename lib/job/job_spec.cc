@@ -44,6 +44,10 @@ void Bind(ConfigSchema& s, JobSpec& j) {
         "each psd checkpoints its part every this many rounds (0: never; needs the psd's "
         "checkpoint_dir)",
         0, 100'000'000);
+  s.Int("recover_timeout_s", &j.recover_timeout_s,
+        "with checkpoints: how long a job whose psd was lost waits (RECOVERING) for it to "
+        "come back before failing (0: it fails at once)",
+        0, 86'400);
   s.Enum("backend", &j.backend, "compute backend on workers", {"auto", "cpu", "cuda"});
   s.Enum("transport", &j.transport,
          "data transport: reliable (UDP), ltp (loss-tolerant pushes, Early Close), or tcp "

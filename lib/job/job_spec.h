@@ -41,6 +41,10 @@ struct JobSpec {
   // Every psd checkpoints its part every this many rounds (into its
   // checkpoint_dir; a psd without one writes none). 0: no checkpoints.
   int64_t checkpoint_every_rounds = 0;
+  // With checkpoints, a job whose psd is lost waits this long (RECOVERING)
+  // for it to come back, then every member resumes from the newest round
+  // all psds have a checkpoint of. 0: the job fails at once.
+  int64_t recover_timeout_s = 60;
   // A model file (hetps-train --save; lib/job/model_file.h) to start from
   // instead of the seed's initial parameters; read by every psd, so it
   // must be on a path each of them can read. Empty: from the seed.

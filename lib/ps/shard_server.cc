@@ -399,7 +399,10 @@ void ShardServer::Run() {
     if (!inputs.empty()) {
       partial_elements = ApplyStep(t, inputs, missing, partial_pushes > 0, &summed_us);
     }
-    const double snapshot_ms = MaybeCheckpoint(t);
+    // A round no worker contributed to changed nothing: no checkpoint, so
+    // that a server whose workers are stuck (another server is down) does
+    // not push out, by keep_last, the rounds the others also hold.
+    const double snapshot_ms = inputs.empty() ? 0 : MaybeCheckpoint(t);
     const auto agg_end = Clock::now();
     if (config_.trace != nullptr) {
       JsonWriter line;

@@ -545,6 +545,39 @@ absl::StatusOr<std::vector<std::string>> CheckpointStore::Jobs() {
   return out;
 }
 
+absl::StatusOr<std::vector<uint64_t>> CheckpointStore::ValidRounds(const std::string& job_id,
+                                                                   uint32_t server_index,
+                                                                   ReadStats* stats) {
+  RETURN_IF_ERROR(ValidateJobId(job_id));
+  ASSIGN_OR_RETURN(std::vector<uint64_t> rounds, Rounds(job_id, server_index));
+  std::vector<uint64_t> valid;
+  for (uint64_t round : rounds) {
+    absl::StatusOr<Checkpoint> c = Read(job_id, server_index, round);
+    if (c.ok()) {
+      valid.push_back(round);
+    } else if (stats != nullptr) {
+      ++stats->skipped;
+      stats->why.push_back(std::string(c.status().message()));
+    }
+  }
+  return valid;
+}
+
+absl::Status CheckpointStore::DeleteAfter(const std::string& job_id, uint32_t server_index,
+                                          uint64_t round) {
+  RETURN_IF_ERROR(ValidateJobId(job_id));
+  ASSIGN_OR_RETURN(std::vector<uint64_t> rounds, Rounds(job_id, server_index));
+  absl::MutexLock wlock(&write_mu_);
+  absl::ReaderMutexLock lock(&db_mu_);
+  if (db_ == nullptr) return absl::UnavailableError("checkpoint store: not open (reopen failed)");
+  rocksdb::WriteBatch b;
+  for (uint64_t r : rounds) {
+    if (r > round) DeleteRound(&b, job_id, server_index, r);
+  }
+  if (b.Count() == 0) return absl::OkStatus();
+  return FromRocks(db_->Write(rocksdb::WriteOptions(), &b), "delete later rounds");
+}
+
 absl::Status CheckpointStore::DeleteJob(const std::string& job_id) {
   RETURN_IF_ERROR(ValidateJobId(job_id));
   absl::MutexLock wlock(&write_mu_);

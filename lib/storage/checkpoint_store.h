@@ -99,6 +99,15 @@ class CheckpointStore {
                                         ReadStats* stats = nullptr);
   // One checkpoint; NotFound, or why it fails its checks (DataLoss).
   absl::StatusOr<Checkpoint> Read(const std::string& job_id, uint32_t server_index, uint64_t round);
+  // The rounds of (job, server) whose checkpoints pass every check (each
+  // is read whole), newest first; the others are counted and described in
+  // *stats.
+  absl::StatusOr<std::vector<uint64_t>> ValidRounds(const std::string& job_id,
+                                                    uint32_t server_index,
+                                                    ReadStats* stats = nullptr);
+  // Removes (job, server)'s checkpoints of rounds after `round`: once
+  // training resumes from `round` they belong to a history that is gone.
+  absl::Status DeleteAfter(const std::string& job_id, uint32_t server_index, uint64_t round);
   // A job's checkpoints, every server, newest round first.
   absl::StatusOr<std::vector<CheckpointInfo>> List(const std::string& job_id);
   // The jobs with checkpoints here, the most recently written first.

@@ -196,6 +196,29 @@ TEST_CASE("a record changed behind RocksDB's back fails its CRC; the previous on
   REQUIRE(stats.why.size() == 1);
   CHECK(stats.why[0].find("CRC") != std::string::npos);
   CHECK(store->Read("job-20261124-1", 1, 2).status().code() == absl::StatusCode::kDataLoss);
+  // What a recovering psd offers schedd: round 1 only.
+  ReadStats vstats;
+  auto valid = store->ValidRounds("job-20261124-1", 1, &vstats);
+  REQUIRE(valid.ok());
+  CHECK(*valid == std::vector<uint64_t>{1});
+  CHECK(vstats.skipped == 1);
+}
+
+TEST_CASE("DeleteAfter removes the rounds of a history that resumed earlier", "[storage]") {
+  auto store = OpenAt(MakeTestDir("ckpt"), 5);
+  for (uint64_t r : {10, 20, 30, 40}) REQUIRE(store->Write(Make(r)).ok());
+  Checkpoint other = Make(40);
+  other.server_index = 2;
+  REQUIRE(store->Write(other).ok());
+  REQUIRE(store->DeleteAfter("job-20261124-1", 1, 20).ok());
+  auto valid = store->ValidRounds("job-20261124-1", 1);
+  REQUIRE(valid.ok());
+  CHECK(*valid == std::vector<uint64_t>{20, 10});
+  // Another server's checkpoints stay; a later round written again reads back.
+  CHECK(store->Read("job-20261124-1", 2, 40).ok());
+  REQUIRE(store->Write(Make(30)).ok());
+  CHECK(store->ReadNewest("job-20261124-1", 1)->round == 30);
+  CHECK(store->DeleteAfter("job-20261124-1", 1, 1000).ok());  // nothing after: a no-op
 }
 
 TEST_CASE("bytes flipped in the newest table file: detected, the previous checkpoint used",
@@ -213,16 +236,7 @@ TEST_CASE("bytes flipped in the newest table file: detected, the previous checkp
     if (e.path().extension() == ".sst" && (newest.empty() || e.path() > newest)) newest = e.path();
   }
   REQUIRE(!newest.empty());
-  const auto size = fs::file_size(newest);
-  {
-    std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(size / 3);
-    char b = 0;
-    f.read(&b, 1);
-    b ^= 0x20;
-    f.seekp(size / 3);
-    f.write(&b, 1);
-  }
+  FlipByte(newest.string());
   auto store = OpenAt(dir);
   ReadStats stats;
   auto back = store->ReadNewest("job-20261124-1", 1, &stats);

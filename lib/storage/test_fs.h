@@ -1,6 +1,6 @@
 // Test only: a RocksDB file system that fails or holds file creation on
 // demand (what a full disk, a directory gone read-only or a slow disk does
-// to a write), over the real one.
+// to a write), over the real one; and bit rot in a file at rest.
 #ifndef HETPS_LIB_STORAGE_TEST_FS_H_
 #define HETPS_LIB_STORAGE_TEST_FS_H_
 
@@ -8,6 +8,8 @@
 #include <rocksdb/file_system.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -15,6 +17,19 @@
 
 namespace hetps {
 namespace storage {
+
+// Flips one bit of the byte a third of the way into `path` (in a table
+// file: inside its data blocks).
+inline void FlipByte(const std::string& path) {
+  const auto at = std::streamoff(std::filesystem::file_size(path) / 3);
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(at);
+  char b = 0;
+  f.read(&b, 1);
+  b ^= 0x20;
+  f.seekp(at);
+  f.write(&b, 1);
+}
 
 class FaultyDisk : public rocksdb::FileSystemWrapper {
  public:
