@@ -38,8 +38,9 @@ std::string WriteJob(const LocalCluster& c, const std::string& name, const std::
 
 // schedd, 2 psd and `workers` workerd; the trainers use one BLAS thread
 // each (this machine has 2 cores for all of them).
-void StartCluster(LocalCluster& c, int workers, const std::vector<std::string>& extra = {}) {
-  REQUIRE(c.StartSchedd().ok());
+void StartCluster(LocalCluster& c, int workers, const std::vector<std::string>& extra = {},
+                  const std::vector<std::string>& schedd_flags = {}) {
+  REQUIRE(c.StartSchedd(schedd_flags).ok());
   for (const char* id : {"psd-0", "psd-1"}) {
     std::vector<std::string> flags = {"--data_peer_forget_ms=1500"};
     flags.insert(flags.end(), extra.begin(), extra.end());
@@ -105,7 +106,87 @@ uint64_t CorruptNewestCheckpoint(const std::string& dir, const std::string& job,
   return newest;
 }
 
+// The newest iteration a workerd logged (event=progress ... iteration=N/T).
+int64_t LoggedIteration(const std::string& log) {
+  const size_t at = log.rfind(" iteration=");
+  return at == std::string::npos ? -1 : std::strtoll(log.c_str() + at + 11, nullptr, 10);
+}
+
 }  // namespace
+
+// schedd with a state_dir, SIGKILLed mid-job: training goes on without
+// it; started again at its address, it finds the job RUNNING, re-adopts
+// the members as they re-register, and the job succeeds. A second job
+// ends while schedd is down: the restarted schedd records it SUCCEEDED
+// from what its members report.
+TEST_CASE("A killed schedd restarts: the running job goes on, one that ended is recorded") {
+  LocalCluster c("job-schedd-restart");
+  StartCluster(c, 2, {}, {"--state_dir=" + c.dir() + "/schedd-state"});
+  auto worker_log = [&](const char* id) { return c.node(id).process.Stderr(); };
+
+  const std::string long_job = WriteJob(
+      c, "long.yaml", "name: outlive-schedd\nmodel: mlp\niterations: 1500\neval_every: 0\n");
+  ProcessResult sub = c.Psctl({"job", "submit", long_job, "-o", "json"});
+  INFO(sub.stdout_text << sub.stderr_text);
+  REQUIRE(sub.exit_code == 0);
+  REQUIRE(WaitFor(
+      [&] {
+        v1::JobStatus j = c.Job();
+        return j.state() == v1::JOB_STATE_RUNNING && j.iteration() >= 200;
+      },
+      absl::Seconds(60)));
+  const std::string job_id = c.Job().job_id();
+  c.Kill("schedd", SIGKILL);
+  c.WaitExit("schedd", absl::Seconds(10));
+  // Training goes on without schedd.
+  const int64_t at_kill = LoggedIteration(worker_log("worker-0"));
+  REQUIRE(WaitFor([&] { return LoggedIteration(worker_log("worker-0")) >= at_kill + 200; },
+                  absl::Seconds(60)));
+  REQUIRE(c.RestartSchedd().ok());
+  v1::JobStatus j = c.Job();
+  CHECK(j.job_id() == job_id);
+  CHECK(j.state() == v1::JOB_STATE_RUNNING);
+  REQUIRE(c.WaitJobEnded(absl::Seconds(120), &j));
+  INFO(j.message());
+  CHECK(j.job_id() == job_id);
+  CHECK(j.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(j.iteration() == 1500);
+  for (const auto& n : j.nodes()) CHECK(n.alive());
+  CHECK(c.Psctl({"job", "status", job_id}).stdout_text.find("succeeded") != std::string::npos);
+
+  // A job that ends while schedd is down.
+  const std::string short_job =
+      WriteJob(c, "short.yaml", "name: end-unseen\nmodel: mlp\niterations: 600\neval_every: 0\n");
+  sub = c.Psctl({"job", "submit", short_job, "-o", "json"});
+  REQUIRE(sub.exit_code == 0);
+  // Every member heard the start (iterations are done) before schedd goes.
+  REQUIRE(WaitFor(
+      [&] {
+        v1::JobStatus now = c.Job();
+        return now.state() == v1::JOB_STATE_RUNNING && now.iteration() >= 50;
+      },
+      absl::Seconds(60)));
+  const std::string second = c.Job().job_id();
+  CHECK(second != job_id);
+  const size_t done0 = worker_log("worker-0").size(), done1 = worker_log("worker-1").size();
+  c.Kill("schedd", SIGKILL);
+  c.WaitExit("schedd", absl::Seconds(10));
+  REQUIRE(WaitFor(
+      [&] {
+        return worker_log("worker-0").find("job part done", done0) != std::string::npos &&
+               worker_log("worker-1").find("job part done", done1) != std::string::npos;
+      },
+      absl::Seconds(60)));
+  REQUIRE(c.RestartSchedd().ok());
+  REQUIRE(c.WaitJobEnded(absl::Seconds(60), &j));
+  INFO(j.message());
+  CHECK(j.job_id() == second);
+  CHECK(j.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(j.iteration() == 600);
+  // Both jobs are in its history.
+  ProcessResult first = c.Psctl({"job", "status", job_id, "-o", "json"});
+  CHECK(first.stdout_text.find("\"state\":\"succeeded\"") != std::string::npos);
+}
 
 // psd recovery with the real binaries. psd-0 is SIGKILLed mid-job and, its
 // newest checkpoint corrupted on disk meanwhile, started again with the

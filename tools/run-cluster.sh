@@ -129,7 +129,11 @@ start() {  # start DAEMON NODE_ID [flags...]
 data_flags=(--data_packet_bytes=32840)
 
 echo "run-cluster: starting schedd on $schedd_addr"
-start schedd schedd --listen="$schedd_addr" --metrics_listen="127.0.0.1:$((base_port + 2400))"
+# A new cluster: the previous run's schedd state (its jobs) is not this
+# cluster's; checkpoints stay (psd's checkpoint_keep_jobs bounds them).
+rm -rf "$out/schedd-state"
+start schedd schedd --listen="$schedd_addr" --metrics_listen="127.0.0.1:$((base_port + 2400))" \
+  --state_dir="$out/schedd-state"
 i=0
 for node in psd-0 psd-1; do
   i=$((i + 1))

@@ -8,6 +8,7 @@
 #include "lib/base/escape.h"
 #include "lib/base/status_macros.h"
 #include "lib/job/job_spec.h"
+#include "lib/rpc/membership_proto.h"
 #include "lib/transport/packet_auth.h"
 
 namespace hetps {
@@ -105,8 +106,18 @@ absl::StatusOr<v1::JobStatus> JobTable::Submit(const v1::SubmitJobRequest& req,
                               {"model", j.model},
                               {"servers", static_cast<unsigned>(servers.size())},
                               {"workers", static_cast<unsigned>(workers.size())}});
+  j.seq = submitted_;
   jobs_.push_back(std::move(j));
-  while (jobs_.size() > history_max_) jobs_.pop_front();
+  while (jobs_.size() > history_max_) {
+    if (store_ != nullptr) {
+      if (absl::Status d = store_->DeleteJob(jobs_.front().seq); !d.ok()) {
+        log_.Warn("schedd state: old job not removed", {{"error", d.message()}});
+      }
+    }
+    jobs_.pop_front();
+  }
+  SaveCounters();
+  Save(jobs_.back(), true);
   return Status(jobs_.back());
 }
 
@@ -118,6 +129,7 @@ absl::Status JobTable::NewKey(v1::JobAssignment* a) {
   ++keys_issued_;
   a->set_data_key(*key);
   a->set_data_key_id(uint32_t(1 + keys_issued_ % 255));
+  SaveCounters();
   return absl::OkStatus();
 }
 
@@ -143,17 +155,22 @@ absl::StatusOr<v1::JobStatus> JobTable::Cancel(const std::string& job_id) {
                        v1::JobState_Name(j.assignment.state()), ")"));
     }
     Finish(j, v1::JOB_STATE_CANCELLED, "cancelled by psctl job cancel");
+    Save(j, true);
     return Status(j);
   }
   return absl::NotFoundError(job_id.empty() ? "no job has been submitted yet"
                                             : absl::StrCat("no job ", job_id));
 }
 
-void JobTable::OnHeartbeat(const std::string& node_id, uint64_t incarnation,
-                           const v1::NodeJobReport* report, v1::HeartbeatResponse* resp) {
+void JobTable::OnHeartbeat(const NodeRecord& node, const v1::NodeJobReport* report,
+                           v1::HeartbeatResponse* resp) {
+  const std::string& node_id = node.node_id;
+  const uint64_t incarnation = node.incarnation;
   absl::MutexLock lock(&mu_);
+  const auto [seq, roster] = Newest();
   Job* current = jobs_.empty() ? nullptr : &jobs_.back();
   Member* me = current ? FindMember(*current, node_id) : nullptr;
+  if (me != nullptr && me->awaited && me->m.alive()) Reclaim(*current, me, node, report);
   // Its old self was the member (the membership event may not be seen yet).
   if (me != nullptr && (!me->m.alive() || me->incarnation != incarnation)) me = nullptr;
 
@@ -161,8 +178,10 @@ void JobTable::OnHeartbeat(const std::string& node_id, uint64_t incarnation,
     me->report = *report;
     me->reported = true;
     me->last_report = clock_->Now();
+    current->reports_dirty = true;
     if (Active(*current)) Advance(*current);
   }
+  SaveIfChanged(seq, roster);
   if (me != nullptr) {
     const v1::JobAssignment& a = current->assignment;
     const bool stale = report == nullptr || report->job_id() != a.job_id() ||
@@ -187,7 +206,9 @@ void JobTable::OnMembershipEvent(MembershipEventKind kind, const NodeRecord& n) 
   if (jobs_.empty() || !Active(jobs_.back())) return;
   Job& j = jobs_.back();
   Member* m = FindMember(j, n.node_id);
-  if (m == nullptr) return;
+  // An awaited member's re-registration is expected; its heartbeat decides.
+  if (m == nullptr || m->awaited) return;
+  const auto [seq, roster] = Newest();
   if (m->m.alive()) {
     const char* why = nullptr;
     if ((kind == MembershipEventKind::kDied || kind == MembershipEventKind::kLeft) &&
@@ -200,13 +221,29 @@ void JobTable::OnMembershipEvent(MembershipEventKind kind, const NodeRecord& n) 
     LoseMember(j, m, why);
   }
   if (kind == MembershipEventKind::kJoined && Active(j)) Readopt(j, m, n);
+  SaveIfChanged(seq, roster);
 }
 
 void JobTable::Tick() {
   absl::MutexLock lock(&mu_);
   if (jobs_.empty()) return;
   Job& j = jobs_.back();
-  if (j.assignment.state() != v1::JOB_STATE_RECOVERING || clock_->Now() < j.recover_deadline) {
+  const auto [seq, roster] = Newest();
+  const absl::Time now = clock_->Now();
+  for (Member& m : j.members) {
+    if (!m.awaited || now < j.awaited_until || !Active(j)) continue;
+    m.awaited = false;
+    LoseMember(j, &m, "did not come back after schedd restarted");
+  }
+  SaveIfChanged(seq, roster);
+  // Progress is saved at most every few seconds (not synced): after a
+  // crash the members report it again.
+  if (j.reports_dirty && now - reports_saved_ >= absl::Seconds(5)) {
+    reports_saved_ = now;
+    j.reports_dirty = false;
+    Save(j, false);
+  }
+  if (j.assignment.state() != v1::JOB_STATE_RECOVERING || now < j.recover_deadline) {
     return;
   }
   std::string missing;
@@ -221,14 +258,17 @@ void JobTable::Tick() {
          missing.empty() ? absl::StrCat("the members were not ready to resume within ", limit)
                          : absl::StrCat("server ", missing, " did not come back within ", limit,
                                         "; its shard of the parameters is lost"));
+  Save(j, true);
 }
 
 void JobTable::Reconcile(const std::vector<NodeRecord>& all) {
   absl::MutexLock lock(&mu_);
   if (jobs_.empty() || !Active(jobs_.back())) return;
   Job& j = jobs_.back();
+  const auto [seq, roster] = Newest();
   for (Member& m : j.members) {
     if (!Active(j)) break;
+    if (m.awaited) continue;  // its first heartbeat decides
     const NodeRecord* rec = nullptr;
     for (const NodeRecord& n : all) {
       if (n.node_id == m.m.node_id()) rec = &n;
@@ -242,6 +282,7 @@ void JobTable::Reconcile(const std::vector<NodeRecord>& all) {
     }
     if (rec != nullptr && Active(j)) Readopt(j, &m, *rec);
   }
+  SaveIfChanged(seq, roster);
 }
 
 void JobTable::LoseMember(Job& j, Member* m, const char* why) {
@@ -491,6 +532,172 @@ v1::JobStatus JobTable::Status(const Job& j) const {
   s.set_test_accuracy(acc);
   s.set_samples_per_second(sps);
   return s;
+}
+
+absl::Status JobTable::UseStore(ScheddStore* store, absl::Duration readopt_grace) {
+  ASSIGN_OR_RETURN(ScheddStore::Loaded loaded, store->Load());
+  absl::MutexLock lock(&mu_);
+  store_ = store;
+  for (const std::string& why : loaded.skipped) {
+    log_.Error("schedd state: a job record was skipped", {{"why", why}});
+  }
+  submitted_ = loaded.counters.jobs_submitted();
+  keys_issued_ = loaded.counters.keys_issued();
+  next_incarnation_ = std::max<uint64_t>(1, loaded.counters.next_incarnation());
+  for (const v1::JobRecord& r : loaded.jobs) {
+    submitted_ = std::max(submitted_, r.seq());  // never a job id twice
+    jobs_.push_back(FromRecord(r));
+  }
+  while (jobs_.size() > history_max_) jobs_.pop_front();
+  if (jobs_.empty() || !Active(jobs_.back())) {
+    log_.Info(
+        "schedd state loaded",
+        {{"dir", store->dir()}, {"jobs", static_cast<unsigned>(jobs_.size())}, {"active", "none"}});
+    return absl::OkStatus();
+  }
+  Job& j = jobs_.back();
+  const absl::Time now = clock_->Now();
+  j.awaited_until = now + readopt_grace;
+  for (Member& m : j.members) m.awaited = m.m.alive();
+  const v1::JobState was = j.assignment.state();
+  if (was != v1::JOB_STATE_RUNNING) {
+    // Starting or recovering: members may hold the old key or none (it is
+    // not stored); every member restarts its part under a new one.
+    const absl::Duration timeout = j.recover_timeout;
+    j.recover_timeout = std::max(j.recover_timeout, readopt_grace);
+    RETURN_IF_ERROR(BeginRecovery(j, "schedd restarted"));
+    j.recover_timeout = timeout;
+  }
+  log_.Warn("schedd state loaded: awaiting the active job's members",
+            {{"dir", store->dir()},
+             {"jobs", static_cast<unsigned>(jobs_.size())},
+             {"job_id", j.assignment.job_id()},
+             {"state", v1::JobState_Name(was)},
+             {"grace_s", absl::ToInt64Seconds(readopt_grace)}});
+  Save(j, true);
+  return absl::OkStatus();
+}
+
+uint64_t JobTable::next_incarnation() const {
+  absl::MutexLock lock(&mu_);
+  return next_incarnation_;
+}
+
+void JobTable::SetNextIncarnation(uint64_t next) {
+  absl::MutexLock lock(&mu_);
+  next_incarnation_ = std::max(next_incarnation_, next);
+  SaveCounters();
+}
+
+void JobTable::Reclaim(Job& j, Member* m, const NodeRecord& node, const v1::NodeJobReport* report) {
+  const uint64_t incarnation = node.incarnation;
+  m->awaited = false;
+  const v1::JobAssignment& a = j.assignment;
+  // The same process still runs its part: its report names the job (and,
+  // for a running job, the epoch it runs; a restored job that was
+  // starting or recovering restarts every part anyway).
+  const bool runs_it =
+      report != nullptr && report->job_id() == a.job_id() &&
+      (a.state() != v1::JOB_STATE_RUNNING || report->recovery_epoch() == a.recovery_epoch());
+  if (!runs_it) {
+    // (A job that ended meanwhile needs nothing more from it.)
+    if (Active(j)) {
+      LoseMember(j, m, "lost its part while schedd was away");
+      // A psd of a checkpointed job: back already, it takes its part again.
+      if (Active(j)) Readopt(j, m, node);
+    }
+    return;
+  }
+  m->incarnation = incarnation;
+  log_.Info("job member back after schedd restarted",
+            {{"job_id", a.job_id()},
+             {"node_id", m->m.node_id()},
+             {"incarnation", static_cast<unsigned long long>(incarnation)}});
+}
+
+std::pair<uint64_t, uint64_t> JobTable::Newest() const {
+  if (jobs_.empty()) return {0, 0};
+  return {jobs_.back().seq, jobs_.back().assignment.roster_version()};
+}
+
+void JobTable::SaveIfChanged(uint64_t seq, uint64_t roster) {
+  if (jobs_.empty()) return;
+  Job& j = jobs_.back();
+  if (j.seq != seq || j.assignment.roster_version() != roster) Save(j, true);
+}
+
+void JobTable::Save(Job& j, bool sync) {
+  if (store_ == nullptr) return;
+  if (absl::Status s = store_->PutJob(ToRecord(j), sync); !s.ok()) {
+    log_.Error("schedd state: job not saved; a restart would lose this change",
+               {{"job_id", j.assignment.job_id()}, {"error", s.message()}});
+    return;
+  }
+  j.reports_dirty = false;
+}
+
+void JobTable::SaveCounters() {
+  if (store_ == nullptr) return;
+  v1::ScheddCounters c;
+  c.set_jobs_submitted(submitted_);
+  c.set_keys_issued(keys_issued_);
+  c.set_next_incarnation(next_incarnation_);
+  if (absl::Status s = store_->PutCounters(c); !s.ok()) {
+    log_.Error("schedd state: counters not saved", {{"error", s.message()}});
+  }
+}
+
+v1::JobRecord JobTable::ToRecord(const Job& j) {
+  v1::JobRecord r;
+  r.set_seq(j.seq);
+  *r.mutable_assignment() = j.assignment;
+  r.mutable_assignment()->clear_data_key();  // members hold it; never on disk
+  r.set_name(j.name);
+  r.set_model(j.model);
+  r.set_message(j.message);
+  r.set_submitted_unix_ms(UnixMs(j.submitted));
+  r.set_started_unix_ms(UnixMs(j.started));
+  r.set_finished_unix_ms(UnixMs(j.finished));
+  r.set_checkpoint_every_rounds(j.checkpoint_every);
+  r.set_recover_timeout_s(absl::ToInt64Seconds(j.recover_timeout));
+  r.set_recoveries(j.recoveries);
+  for (const Member& m : j.members) {
+    v1::MemberRecord* out = r.add_members();
+    *out->mutable_member() = m.m;
+    out->set_role(RoleToProto(m.role));
+    out->set_incarnation(m.incarnation);
+    out->set_reported(m.reported);
+    if (m.reported) *out->mutable_report() = m.report;
+    out->set_last_report_unix_ms(UnixMs(m.last_report));
+  }
+  return r;
+}
+
+JobTable::Job JobTable::FromRecord(const v1::JobRecord& r) {
+  auto time = [](int64_t ms) { return ms == 0 ? absl::InfinitePast() : absl::FromUnixMillis(ms); };
+  Job j;
+  j.seq = r.seq();
+  j.assignment = r.assignment();
+  j.name = r.name();
+  j.model = r.model();
+  j.message = r.message();
+  j.submitted = time(r.submitted_unix_ms());
+  j.started = time(r.started_unix_ms());
+  j.finished = time(r.finished_unix_ms());
+  j.checkpoint_every = r.checkpoint_every_rounds();
+  j.recover_timeout = absl::Seconds(std::clamp<int64_t>(r.recover_timeout_s(), 0, 86'400));
+  j.recoveries = r.recoveries();
+  for (const v1::MemberRecord& mr : r.members()) {
+    Member m;
+    m.m = mr.member();
+    m.role = RoleFromProto(mr.role());
+    m.incarnation = mr.incarnation();
+    m.reported = mr.reported();
+    m.report = mr.report();
+    m.last_report = time(mr.last_report_unix_ms());
+    j.members.push_back(std::move(m));
+  }
+  return j;
 }
 
 std::vector<std::pair<v1::JobState, int>> JobTable::StateCounts() const {

@@ -24,6 +24,19 @@
 // restarts loses its part, so its new incarnation is not the member until
 // a recovery re-adopts it).
 //
+// With a store (UseStore), every change members act on is on disk before
+// they hear of it, and a restarted schedd carries on: the newest job, if
+// active, awaits its members (below); jobs, their progress and the
+// counters behind job ids, data-key ids and incarnations survive.
+//
+// After a restart every node re-registers with a new incarnation. A
+// member of the restored active job is "awaited" until its first
+// heartbeat: one that still runs the job (its report names it) is the
+// member again at its new incarnation, so a job goes on, or is recorded
+// as ended with the outcome its members report; one that does not lost
+// its part while schedd was away; one not heard of within the grace period
+// is lost.
+//
 // Thread-safe; every method is O(members) or O(history).
 #ifndef HETPS_DAEMONS_SCHEDD_JOB_TABLE_H_
 #define HETPS_DAEMONS_SCHEDD_JOB_TABLE_H_
@@ -34,6 +47,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "daemons/schedd/state_store.h"
 #include "lib/base/clock.h"
 #include "lib/base/log.h"
 #include "lib/membership/membership.h"
@@ -59,8 +73,8 @@ class JobTable {
   // Records a member's report (may be null) and fills resp->job when the
   // node must (re)apply an assignment. Only the member's incarnation is the
   // member: a restarted node is not, until a recovery re-adopts it.
-  void OnHeartbeat(const std::string& node_id, uint64_t incarnation,
-                   const v1::NodeJobReport* report, v1::HeartbeatResponse* resp);
+  void OnHeartbeat(const NodeRecord& node, const v1::NodeJobReport* report,
+                   v1::HeartbeatResponse* resp);
   // A membership event about `node` (as membership recorded it).
   void OnMembershipEvent(MembershipEventKind kind, const NodeRecord& node);
   // Fails a recovery that ran past its job's recover_timeout_s. Called
@@ -70,6 +84,15 @@ class JobTable {
   // Applies the full membership table (`all`, departed nodes included) after
   // events may have been missed.
   void Reconcile(const std::vector<NodeRecord>& all);
+
+  // Loads what `store` holds (not owned; outlives the table) and saves
+  // every change to it from now on. Call once, before anything else.
+  // `readopt_grace`: how long a restored job's members have to come back.
+  absl::Status UseStore(ScheddStore* store, absl::Duration readopt_grace);
+  // Incarnations: where membership starts, and what it hands out next
+  // (saved before the node hears of it).
+  uint64_t next_incarnation() const;
+  void SetNextIncarnation(uint64_t next);
 
   // Counts for metrics: jobs ever submitted per final or current state.
   std::vector<std::pair<v1::JobState, int>> StateCounts() const;
@@ -82,6 +105,7 @@ class JobTable {
     v1::NodeJobReport report;
     bool reported = false;
     absl::Time last_report;
+    bool awaited = false;  // restored from the store, not heard from since
   };
   struct Job {
     v1::JobAssignment assignment;
@@ -92,6 +116,9 @@ class JobTable {
     absl::Duration recover_timeout;
     absl::Time recover_deadline;  // while RECOVERING
     uint32_t recoveries = 0;      // completed
+    uint64_t seq = 0;             // its key in the store
+    absl::Time awaited_until;     // restored members' grace period
+    bool reports_dirty = false;   // reports not yet saved
   };
 
   static bool Active(const Job& j);
@@ -111,6 +138,20 @@ class JobTable {
   // Sets a fresh data key and id (never the previous id).
   absl::Status NewKey(v1::JobAssignment* a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::JobStatus Status(const Job& j) const;
+  // The store: a job's record (sync: before members hear of the change)
+  // and the counters. Errors are logged; schedd goes on in memory.
+  void Save(Job& j, bool sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SaveCounters() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Saves the newest job when its assignment changed since `roster`.
+  void SaveIfChanged(uint64_t seq, uint64_t roster) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::pair<uint64_t, uint64_t> Newest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static v1::JobRecord ToRecord(const Job& j);
+  static Job FromRecord(const v1::JobRecord& r);
+  // An awaited member's first heartbeat since the restart: the member
+  // again at its new incarnation, or lost (and, a psd of a checkpointed
+  // job, re-adopted for the recovery).
+  void Reclaim(Job& j, Member* m, const NodeRecord& node, const v1::NodeJobReport* report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Clock* const clock_;
   const Logger log_;
@@ -119,6 +160,9 @@ class JobTable {
   std::deque<Job> jobs_ ABSL_GUARDED_BY(mu_);  // newest last
   uint64_t submitted_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t keys_issued_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_incarnation_ ABSL_GUARDED_BY(mu_) = 1;
+  ScheddStore* store_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::Time reports_saved_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace hetps

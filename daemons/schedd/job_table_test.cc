@@ -2,7 +2,11 @@
 // every state transition of the job state machine.
 #include "daemons/schedd/job_table.h"
 
+#include <rocksdb/db.h>
+
 #include <catch2/catch.hpp>
+
+#include "lib/base/test_dir.h"
 
 namespace hetps {
 namespace {
@@ -48,7 +52,7 @@ struct Fixture {
   v1::JobAssignment Beat(const std::string& node, const v1::NodeJobReport* r,
                          uint64_t incarnation = 1) {
     v1::HeartbeatResponse resp;
-    table.OnHeartbeat(node, incarnation, r, &resp);
+    table.OnHeartbeat(Node(node, NodeRole::kUnspecified, incarnation), r, &resp);
     return resp.job();
   }
   void Event(MembershipEventKind kind, const std::string& node, uint64_t incarnation,
@@ -418,6 +422,183 @@ TEST_CASE("Recovery fails after recover_timeout_s, or without checkpoints") {
     f.Beat("psd-1", &r);
     CHECK(f.State() == v1::JOB_STATE_FAILED);
   }
+}
+
+// schedd restarts: a second table over the same store, as a restarted
+// schedd builds it.
+struct Restarted {
+  FakeClock clock;
+  std::unique_ptr<ScheddStore> store;
+  std::unique_ptr<JobTable> table;
+  explicit Restarted(const std::string& dir, absl::Duration grace = absl::Seconds(30)) {
+    auto s = ScheddStore::Open(dir);
+    REQUIRE(s.ok());
+    store = std::move(*s);
+    table = std::make_unique<JobTable>(&clock, Logger());
+    REQUIRE(table->UseStore(store.get(), grace).ok());
+  }
+  v1::JobAssignment Beat(const std::string& node, const v1::NodeJobReport* r,
+                         uint64_t incarnation) {
+    v1::HeartbeatResponse resp;
+    table->OnHeartbeat(Node(node, NodeRole::kUnspecified, incarnation), r, &resp);
+    return resp.job();
+  }
+  v1::JobState State() { return table->Get("")->state(); }
+};
+
+// A running job on Cluster() in a table over a store in `dir`; returns its
+// assignment. The store closes when this returns, as a killed schedd's.
+v1::JobAssignment RunJobWithStore(const std::string& dir, const std::string& extra = "") {
+  Restarted first(dir);
+  REQUIRE(first.table->Submit(Request("model: mlp\nepochs: 1\n" + extra), Cluster()).ok());
+  first.table->SetNextIncarnation(10);
+  v1::JobAssignment a = first.Beat("psd-0", nullptr, 1);
+  for (const char* n : {"psd-0", "psd-1", "worker-0", "worker-1"}) {
+    v1::NodeJobReport r = Report(a, true);
+    first.Beat(n, &r, 1);
+  }
+  a = first.Beat("psd-0", nullptr, 1);
+  REQUIRE(a.state() == v1::JOB_STATE_RUNNING);
+  REQUIRE(!a.data_key().empty());
+  return a;
+}
+
+TEST_CASE("schedd restarted: the running job goes on with its members") {
+  const std::string dir = MakeTestDir("schedd-state");
+  const v1::JobAssignment a = RunJobWithStore(dir);
+  Restarted r(dir);
+  CHECK(r.table->next_incarnation() == 10);
+  v1::JobStatus s = *r.table->Get("");
+  CHECK(s.job_id() == a.job_id());
+  CHECK(s.state() == v1::JOB_STATE_RUNNING);
+  // Re-registration events do not make them "restarted": their heartbeat
+  // decides. Each still runs the job at a new incarnation.
+  for (const char* n : {"psd-0", "psd-1", "worker-0", "worker-1"}) {
+    r.table->OnMembershipEvent(MembershipEventKind::kJoined, Node(n, NodeRole::kUnspecified, 11));
+  }
+  for (const char* n : {"psd-0", "psd-1", "worker-0", "worker-1"}) {
+    v1::NodeJobReport rep = Report(a, true);
+    rep.set_iteration(500);
+    CHECK(r.Beat(n, &rep, 11).job_id().empty());  // nothing new to apply
+  }
+  CHECK(r.State() == v1::JOB_STATE_RUNNING);
+  // Now the members at their new incarnations: a later death counts.
+  r.table->OnMembershipEvent(MembershipEventKind::kDied, [] {
+    NodeRecord n = Node("worker-1", NodeRole::kUnspecified, 11);
+    n.state = NodeState::kDead;
+    return n;
+  }());
+  CHECK_FALSE(r.table->Get("")->nodes(3).alive());
+  // Done: succeeded, and so it stays after another restart.
+  v1::NodeJobReport done = Report(a, true, true);
+  r.Beat("worker-0", &done, 11);
+  CHECK(r.State() == v1::JOB_STATE_SUCCEEDED);
+  r.table.reset();
+  r.store.reset();
+  Restarted again(dir);
+  CHECK(again.State() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(again.table->Get(a.job_id()).ok());
+  // A new job gets a new id.
+  auto next = again.table->Submit(Request(), Cluster());
+  REQUIRE(next.ok());
+  CHECK(next->job_id() != a.job_id());
+}
+
+TEST_CASE("schedd restarted: a job that ended meanwhile is recorded as its members say") {
+  const std::string dir = MakeTestDir("schedd-state");
+  const v1::JobAssignment a = RunJobWithStore(dir);
+  Restarted r(dir);
+  for (const char* n : {"worker-0", "worker-1", "psd-0", "psd-1"}) {
+    v1::NodeJobReport done = Report(a, true, true);
+    r.Beat(n, &done, 20);
+  }
+  CHECK(r.State() == v1::JOB_STATE_SUCCEEDED);
+  // The members still reporting it hear that it ended.
+  v1::NodeJobReport done = Report(a, true, true);
+  CHECK(r.Beat("psd-0", &done, 20).state() == v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_CASE("schedd restarted: members that lost their part or never return are lost") {
+  const std::string dir = MakeTestDir("schedd-state");
+  const v1::JobAssignment a =
+      RunJobWithStore(dir, "checkpoint_every_rounds: 10\nrecover_timeout_s: 30\n");
+  Restarted r(dir, absl::Seconds(10));
+  // worker-1 restarted while schedd was away: its report has no job.
+  r.Beat("worker-1", nullptr, 12);
+  CHECK_FALSE(r.table->Get("")->nodes(3).alive());
+  CHECK(r.State() == v1::JOB_STATE_RUNNING);
+  v1::NodeJobReport rep = Report(a, true);
+  for (const char* n : {"psd-0", "worker-0"}) r.Beat(n, &rep, 12);
+  // psd-1 never heard from: lost at the end of the grace period; the job
+  // checkpoints, so it waits for it (RECOVERING) under a new key.
+  r.clock.Advance(absl::Seconds(11));
+  r.table->Tick();
+  v1::JobStatus s = *r.table->Get("");
+  CHECK(s.state() == v1::JOB_STATE_RECOVERING);
+  CHECK(s.message().find("psd-1 did not come back after schedd restarted") != std::string::npos);
+  v1::JobAssignment b = r.Beat("psd-0", &rep, 12);
+  CHECK(b.recovery_epoch() == 1);
+  CHECK(!b.data_key().empty());
+}
+
+TEST_CASE("schedd and a psd restarted: the psd takes its part again from the checkpoints") {
+  const std::string dir = MakeTestDir("schedd-state");
+  const v1::JobAssignment a =
+      RunJobWithStore(dir, "checkpoint_every_rounds: 10\nrecover_timeout_s: 30\n");
+  Restarted r(dir);
+  // psd-1's process restarted too: no job in its report, at a new address.
+  v1::HeartbeatResponse resp;
+  r.table->OnHeartbeat(Node("psd-1", NodeRole::kServer, 14, "127.0.0.1:7001"), nullptr, &resp);
+  CHECK(r.State() == v1::JOB_STATE_RECOVERING);
+  v1::JobAssignment b = resp.job();
+  CHECK(b.recovery_epoch() == 1);
+  REQUIRE(b.servers_size() == 2);
+  CHECK(b.servers(1).alive());
+  CHECK(b.servers(1).data_address() == "127.0.0.1:7001");
+}
+
+TEST_CASE("schedd restarted while a job was starting: every member starts again") {
+  const std::string dir = MakeTestDir("schedd-state");
+  std::string id;
+  {
+    Restarted first(dir);
+    auto job = first.table->Submit(Request(), Cluster());
+    REQUIRE(job.ok());
+    id = job->job_id();
+  }
+  Restarted r(dir);
+  v1::JobAssignment a = r.Beat("psd-0", nullptr, 5);
+  // psd-0 had not heard of the job: lost, and the job (no checkpoints) fails.
+  CHECK(r.State() == v1::JOB_STATE_FAILED);
+  Restarted r2(MakeTestDir("schedd-state2"));
+  REQUIRE(r2.table->Submit(Request(), Cluster()).ok());
+}
+
+// Writes behind the store's back, as a tool or bit rot would.
+void RawPut(const std::string& dir, const std::string& key, const std::string& value) {
+  rocksdb::DB* raw = nullptr;
+  REQUIRE(rocksdb::DB::Open(rocksdb::Options(), dir, &raw).ok());
+  CHECK(raw->Put(rocksdb::WriteOptions(), key, value).ok());
+  delete raw;
+}
+
+TEST_CASE("a store of another format, or unreadable records, are reported") {
+  const std::string dir = MakeTestDir("schedd-state");
+  RunJobWithStore(dir);
+  RawPut(dir, "j/00000000000000ff", "not a record");
+  {
+    auto s = ScheddStore::Open(dir);
+    REQUIRE(s.ok());
+    auto loaded = (*s)->Load();
+    REQUIRE(loaded.ok());
+    CHECK(loaded->jobs.size() == 1);
+    REQUIRE(loaded->skipped.size() == 1);
+    CHECK(loaded->skipped[0].find("j/00000000000000ff") != std::string::npos);
+  }
+  RawPut(dir, "format", "hetps-schedd-state-99");
+  auto s = ScheddStore::Open(dir);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.status().message().find("hetps-schedd-state-99") != std::string::npos);
 }
 
 TEST_CASE("History is bounded") {

@@ -27,6 +27,14 @@ void DeclareScheddConfig(ConfigSchema* schema, ScheddConfig* c) {
               "Events buffered per membership watcher before it is closed as too slow.", 1,
               1 << 20);
   schema->Int("nodes_max", &c->nodes_max, "Bound on the membership table.", 1, 1 << 20);
+  schema->String("state_dir", &c->state_dir,
+                 "Directory of schedd's state store (RocksDB: jobs, counters), created if "
+                 "missing; a restarted schedd carries on from it. Empty: in memory only (a "
+                 "restart forgets every job).");
+  schema->Int("readopt_grace_ms", &c->readopt_grace_ms,
+              "After a restart: how long the active job's members have to come back before "
+              "they count as lost.",
+              100, 3'600'000);
 }
 
 // Prometheus metrics of schedd. Families live in the runtime's registry.
@@ -164,8 +172,11 @@ class Schedd::Service final : public v1::Scheduler::Service {
     s_->metrics_->Rpc("Heartbeat", st.error_code());
     if (s.ok()) {
       resp->set_membership_version(s_->membership_->version());
-      s_->jobs_->OnHeartbeat(req->node_id(), req->incarnation(),
-                             req->has_job() ? &req->job() : nullptr, resp);
+      // The node as membership has it (its data address for a re-adoption).
+      absl::optional<NodeRecord> node = s_->membership_->Get(req->node_id());
+      if (node.has_value()) {
+        s_->jobs_->OnHeartbeat(*node, req->has_job() ? &req->job() : nullptr, resp);
+      }
     }
     return st;
   }
@@ -364,9 +375,19 @@ absl::StatusOr<std::unique_ptr<Schedd>> Schedd::Create(const ScheddConfig& confi
   opts.dead_after_missed = static_cast<int>(config.dead_after_missed_heartbeats);
   opts.watch_queue_max = static_cast<size_t>(config.watch_queue_max);
   opts.nodes_max = static_cast<size_t>(config.nodes_max);
+  s->jobs_ = std::make_unique<JobTable>(clock, s->runtime_->logger().WithComponent("jobs"));
+  if (!config.state_dir.empty()) {
+    ASSIGN_OR_RETURN(s->store_, ScheddStore::Open(config.state_dir));
+    RETURN_IF_ERROR(
+        s->jobs_->UseStore(s->store_.get(), absl::Milliseconds(config.readopt_grace_ms)));
+    // Incarnations go on from where the previous run stopped: a node's new
+    // one is always newer than any a stored job names.
+    opts.first_incarnation = s->jobs_->next_incarnation();
+    JobTable* jobs = s->jobs_.get();
+    opts.on_incarnation = [jobs](uint64_t next) { jobs->SetNextIncarnation(next); };
+  }
   s->membership_ = std::make_unique<Membership>(opts, clock);
   s->metrics_ = std::make_unique<Metrics>(s->runtime_->registry());
-  s->jobs_ = std::make_unique<JobTable>(clock, s->runtime_->logger().WithComponent("jobs"));
   return s;
 }
 
@@ -397,6 +418,9 @@ absl::Status Schedd::Start() {
   RETURN_IF_ERROR(membership_->Register(self).status());
   metrics_->Refresh(*membership_);
   reaper_ = std::thread([this] { ReaperLoop(); });
+  if (store_ == nullptr) {
+    runtime_->logger().Warn("no state_dir: jobs are kept in memory only; a restart forgets them");
+  }
   return runtime_->MarkServing();
 }
 

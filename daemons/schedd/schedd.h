@@ -34,6 +34,8 @@ struct ScheddConfig {
   int64_t dead_after_missed_heartbeats = 3;
   int64_t watch_queue_max = 1024;
   int64_t nodes_max = 10000;
+  std::string state_dir;  // empty: in memory only
+  int64_t readopt_grace_ms = 30000;
 };
 
 void DeclareScheddConfig(ConfigSchema* schema, ScheddConfig* config);
@@ -63,6 +65,7 @@ class Schedd final : public Daemon {
   std::unique_ptr<NodeRuntime> runtime_;
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<ScheddStore> store_;  // before jobs_: it outlives the table
   std::unique_ptr<JobTable> jobs_;
   std::unique_ptr<Service> service_;
   std::thread reaper_;

@@ -66,7 +66,10 @@ void MembershipSubscription::Push(const MembershipEvent& event) {
   queue_.push_back(event);
 }
 
-Membership::Membership(Options options, const Clock* clock) : options_(options), clock_(clock) {}
+Membership::Membership(Options options, const Clock* clock)
+    : options_(options),
+      clock_(clock),
+      next_incarnation_(std::max<uint64_t>(1, options.first_incarnation)) {}
 
 Membership::~Membership() { CloseWatchers(); }
 
@@ -120,6 +123,7 @@ absl::StatusOr<uint64_t> Membership::Register(NodeRecord node) {
   }
   absl::Time now = clock_->Now();
   node.incarnation = next_incarnation_++;
+  if (options_.on_incarnation) options_.on_incarnation(next_incarnation_);
   node.state = NodeState::kAlive;
   node.registered = now;
   node.last_heartbeat = now;

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -117,6 +118,12 @@ class Membership {
     size_t nodes_max = 10000;
     size_t watch_queue_max = 1024;
     size_t node_id_bytes_max = 128;
+    // Incarnations start here (a restarted schedd: past every one it handed
+    // out before), and each registration reports the next one, under the
+    // table's lock, before the node learns its incarnation (schedd saves
+    // it). Optional.
+    uint64_t first_incarnation = 1;
+    std::function<void(uint64_t next_incarnation)> on_incarnation;
   };
 
   struct Counters {
@@ -169,7 +176,7 @@ class Membership {
   mutable absl::Mutex mu_;
   std::map<std::string, NodeRecord> nodes_ ABSL_GUARDED_BY(mu_);
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t next_incarnation_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_incarnation_ ABSL_GUARDED_BY(mu_);
   Counters counters_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<MembershipSubscription>> watchers_ ABSL_GUARDED_BY(mu_);
 };

@@ -38,6 +38,18 @@ TEST_CASE("a node that misses 3 heartbeats dies, not before") {
   CHECK(m.Heartbeat("w0", *inc).code() == absl::StatusCode::kNotFound);
 }
 
+TEST_CASE("incarnations start where a restarted schedd says; each one is reported first") {
+  FakeClock clock;
+  Membership::Options o = Opts();
+  o.first_incarnation = 40;
+  std::vector<uint64_t> saved;
+  o.on_incarnation = [&](uint64_t next) { saved.push_back(next); };
+  Membership m(o, &clock);
+  CHECK(*m.Register(Node("w0")) == 40);
+  CHECK(*m.Register(Node("w1")) == 41);
+  CHECK(saved == std::vector<uint64_t>{41, 42});
+}
+
 TEST_CASE("heartbeats keep a node alive") {
   FakeClock clock;
   Membership m(Opts(), &clock);

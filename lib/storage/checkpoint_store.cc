@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "lib/base/status_macros.h"
 #include "lib/storage/record.h"
+#include "lib/storage/rocks_status.h"
 
 namespace hetps {
 namespace storage {
@@ -59,12 +60,7 @@ bool ParseHex(std::string_view s, size_t hex_digits, uint64_t* out) {
 }
 
 absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
-  if (s.ok()) return absl::OkStatus();
-  const std::string msg = absl::StrCat("checkpoint store: ", what, ": ", s.ToString());
-  if (s.IsNotFound()) return absl::NotFoundError(msg);
-  if (s.IsCorruption()) return absl::DataLossError(msg);
-  if (s.IsNoSpace() || s.IsIOError()) return absl::UnavailableError(msg);
-  return absl::InternalError(msg);
+  return storage::RocksStatus(s, "checkpoint store: " + what);
 }
 
 uint64_t NowUnixMs() {

@@ -92,7 +92,7 @@ absl::StatusOr<RecordView> DecodeRecord(std::string_view bytes) {
                                                       " (this build reads ", kFormatVersion, ")"));
   }
   const uint16_t kind = static_cast<uint16_t>(GetLe(p + 6, 2));
-  if (kind < uint16_t(RecordKind::kMeta) || kind > uint16_t(RecordKind::kCommit)) {
+  if (kind < uint16_t(RecordKind::kMeta) || kind > uint16_t(RecordKind::kSchedulerCounters)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown record kind ", kind));
   }
   const uint64_t length = GetLe(p + 8, 8);

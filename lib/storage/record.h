@@ -30,6 +30,9 @@ enum class RecordKind : uint16_t {
   kMeta = 1,    // a checkpoint's description and chunk list
   kChunk = 2,   // one chunk's parameters and optimizer slots
   kCommit = 3,  // written with the others: the checkpoint is complete
+  // schedd's state store (daemons/schedd/state_store.h): protobuf payloads.
+  kSchedulerJob = 4,
+  kSchedulerCounters = 5,
 };
 
 // CRC-32 (IEEE 802.3, zlib's) of `bytes`, continuing from `crc`.

@@ -80,11 +80,18 @@ absl::Status LocalCluster::Launch(const std::string& daemon, const std::string& 
   return absl::OkStatus();
 }
 
-absl::Status LocalCluster::StartSchedd() {
-  absl::Status s = Launch("schedd", "schedd",
-                          {absl::StrCat("--heartbeat_interval_ms=", heartbeat_interval_ms_)});
+absl::Status LocalCluster::StartSchedd(const std::vector<std::string>& extra_flags) {
+  schedd_flags_ = {absl::StrCat("--heartbeat_interval_ms=", heartbeat_interval_ms_)};
+  schedd_flags_.insert(schedd_flags_.end(), extra_flags.begin(), extra_flags.end());
+  absl::Status s = Launch("schedd", "schedd", schedd_flags_);
   if (s.ok()) schedd_address_ = nodes_["schedd"].control_address;
   return s;
+}
+
+absl::Status LocalCluster::RestartSchedd() {
+  std::vector<std::string> flags = schedd_flags_;
+  flags.push_back("--listen=" + schedd_address_);  // the nodes know this address
+  return Launch("schedd", "schedd", flags);
 }
 
 absl::Status LocalCluster::StartNode(const std::string& daemon, const std::string& node_id,

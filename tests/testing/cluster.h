@@ -35,7 +35,10 @@ class LocalCluster {
  public:
   explicit LocalCluster(std::string name, int heartbeat_interval_ms = 300);
 
-  absl::Status StartSchedd();
+  absl::Status StartSchedd(const std::vector<std::string>& extra_flags = {});
+  // Starts schedd again (after Kill and WaitExit) at the address it had,
+  // with the flags it had.
+  absl::Status RestartSchedd();
   // TLS flags for a daemon that runs as `node_id` (its certificate is made
   // on first use).
   std::vector<std::string> TlsFlags(const std::string& node_id);
@@ -78,6 +81,7 @@ class LocalCluster {
   TlsMaterial admin_;
   int heartbeat_interval_ms_;
   std::string schedd_address_;
+  std::vector<std::string> schedd_flags_;  // StartSchedd's, for RestartSchedd
   std::map<std::string, DaemonHandle> nodes_;
 };
 
