@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "lib/job/job_spec.h"
 #include "lib/job/local_training.h"
 #include "lib/job/model_file.h"
@@ -39,7 +40,8 @@ std::string WriteJob(const LocalCluster& c, const std::string& name, const std::
 // schedd, 2 psd and `workers` workerd; the trainers use one BLAS thread
 // each (this machine has 2 cores for all of them).
 void StartCluster(LocalCluster& c, int workers, const std::vector<std::string>& extra = {},
-                  const std::vector<std::string>& schedd_flags = {}) {
+                  const std::vector<std::string>& schedd_flags = {},
+                  const std::vector<std::string>& worker_flags = {}) {
   REQUIRE(c.StartSchedd(schedd_flags).ok());
   for (const char* id : {"psd-0", "psd-1"}) {
     std::vector<std::string> flags = {"--data_peer_forget_ms=1500"};
@@ -51,6 +53,7 @@ void StartCluster(LocalCluster& c, int workers, const std::vector<std::string>& 
   for (int i = 0; i < workers; ++i) {
     std::vector<std::string> flags = {"--cpu_threads=1", "--report_every=10"};
     flags.insert(flags.end(), extra.begin(), extra.end());
+    flags.insert(flags.end(), worker_flags.begin(), worker_flags.end());
     absl::Status s = c.StartNode("workerd", "worker-" + std::to_string(i), flags);
     INFO(s.message());
     REQUIRE(s.ok());
@@ -377,6 +380,19 @@ TEST_CASE("A checkpointed job leaves each psd's part in its store") {
     REQUIRE(out->state() == v1::JOB_STATE_SUCCEEDED);
   }
   REQUIRE(first.job_id() != j.job_id());
+  // psctl asks each psd of the newest job for its checkpoints.
+  ProcessResult list = c.Psctl({"checkpoint", "list", "-o", "json"});
+  INFO(list.stdout_text << list.stderr_text);
+  REQUIRE(list.exit_code == 0);
+  for (const char* id : {"psd-0", "psd-1"}) {
+    CHECK(list.stdout_text.find(absl::StrCat("\"node_id\":\"", id, "\"")) != std::string::npos);
+  }
+  CHECK(list.stdout_text.find("\"round\":") != std::string::npos);
+  CHECK(list.stdout_text.find("\"error\":\"\"") != std::string::npos);
+  ProcessResult show = c.Psctl({"checkpoint", "show", j.job_id()});
+  INFO(show.stdout_text << show.stderr_text);
+  CHECK(show.exit_code == 0);
+  CHECK(show.stdout_text.find("psd-1") != std::string::npos);
   std::vector<uint32_t> servers;
   for (const char* id : {"psd-0", "psd-1"}) {
     c.Kill(id, SIGTERM);  // RocksDB allows one process per store
@@ -444,37 +460,56 @@ TEST_CASE("An unusable checkpoint directory: training goes on; logged and counte
   }
 }
 
-// init_from: a model trained in this process (200 iterations), saved as a
-// model file, starts a cluster job whose learning rate is too small to
-// move it: the job ends at that model's accuracy, far from the 10% of the
-// seed's random parameters. A missing file fails the job naming it.
-TEST_CASE("A job starts from a saved model (init_from); a missing one fails it") {
+// The model out and back in through the cluster: a job trains (200
+// iterations) and its rank 0 worker saves the model; psctl job export
+// fetches it; hetps-train --eval reports the accuracy the job reported,
+// and a Python script with json and numpy alone reads it (the same
+// accuracy within 0.001: float summation order may flip a near-tie). A
+// job whose learning rate is too small to move it starts from the file
+// (init_from) and ends at that accuracy, far from the 10% of the seed's
+// random parameters. A missing file fails the job naming it.
+TEST_CASE("A job's model: exported, evaluated, read by numpy, and trained on (init_from)") {
   LocalCluster c("job-init");
-  JobSpec local;
-  local.iterations = 200;
-  local.eval_every = 0;
-  auto trained = RunLocalTraining(local, 1, 0, [](const TrainingProgress&) {});
-  REQUIRE(trained.ok());
-  const double want = trained->final_eval.accuracy;
+  StartCluster(c, 1, {}, {}, {"--model_dir=" + c.dir() + "/models"});
+  const std::string trained =
+      WriteJob(c, "train.yaml", "name: export-test\nmodel: mlp\niterations: 200\neval_every: 0\n");
+  ProcessResult sub = c.Psctl({"job", "submit", trained, "-o", "json"});
+  INFO(sub.stdout_text << sub.stderr_text);
+  REQUIRE(sub.exit_code == 0);
+  v1::JobStatus j;
+  REQUIRE(c.WaitJobEnded(absl::Seconds(120), &j));
+  REQUIRE(j.state() == v1::JOB_STATE_SUCCEEDED);
+  const double want = j.test_accuracy();
   REQUIRE(want > 0.6);
-  std::unique_ptr<train::Backend> cpu = train::NewCpuBackend();
-  auto spec = train::BuiltinModel("mlp");
-  REQUIRE(spec.ok());
-  auto model = train::Model::Create(*spec, cpu.get(), 1);
-  REQUIRE(model.ok());
-  const std::string file = c.dir() + "/mlp.safetensors";
-  REQUIRE(SaveModelFile(file, **model, trained->params, {"mlp", local.dataset, "local"}).ok());
 
-  StartCluster(c, 1);
+  const std::string file = c.dir() + "/exported.safetensors";
+  ProcessResult exp = c.Psctl({"job", "export", j.job_id(), "-o", file});
+  INFO(exp.stdout_text << exp.stderr_text);
+  REQUIRE(exp.exit_code == 0);
+  CHECK(exp.stdout_text.find("wrote " + file) != std::string::npos);
+  ProcessResult eval = RunCommand({Runfile("clients/train/hetps-train"), "--eval", file});
+  INFO(eval.stdout_text << eval.stderr_text);
+  REQUIRE(eval.exit_code == 0);
+  CHECK(eval.stdout_text.find(absl::StrFormat("test accuracy %.4f,", want)) != std::string::npos);
+  ProcessResult py = RunCommand({"/usr/bin/python3", Runfile("tests/read_model.py"), file});
+  INFO(py.stdout_text << py.stderr_text);
+  REQUIRE(py.exit_code == 0);
+  CHECK(py.stdout_text.find("tensor dense1.weight [256, 784]") != std::string::npos);
+  const size_t at = py.stdout_text.find("numpy accuracy ");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::abs(std::strtod(py.stdout_text.c_str() + at + 15, nullptr) - want) <= 0.001);
+  // A job that is not done has no model to export yet; a wrong -o is usage.
+  CHECK(c.Psctl({"job", "export", "job-none", "-o", file}).exit_code == 1);
+  CHECK(c.Psctl({"job", "export", j.job_id()}).exit_code == 2);
+
   const std::string job =
       WriteJob(c, "job.yaml",
                absl::StrCat("name: init-test\nmodel: mlp\niterations: 10\neval_every: 0\n"
                             "learning_rate: 0.000001\ninit_from: ",
                             file, "\n"));
-  ProcessResult sub = c.Psctl({"job", "submit", job, "-o", "json"});
+  sub = c.Psctl({"job", "submit", job, "-o", "json"});
   INFO(sub.stdout_text << sub.stderr_text);
   REQUIRE(sub.exit_code == 0);
-  v1::JobStatus j;
   REQUIRE(c.WaitJobEnded(absl::Seconds(120), &j));
   INFO(j.message());
   REQUIRE(j.state() == v1::JOB_STATE_SUCCEEDED);

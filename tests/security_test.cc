@@ -238,6 +238,40 @@ TEST_CASE("a node's Admin.Drain needs an admin") {
   CHECK(c.WaitExit("psd-0", absl::Seconds(10)) == 0);
 }
 
+// A job's model is the admins': a node identity is refused before any
+// file is looked at; a job id that is not a plain name is refused as such;
+// ListCheckpoints is a read any identity may make.
+TEST_CASE("Artifacts: GetModel needs an admin; job ids are plain names") {
+  LocalCluster c("authz_artifacts");
+  REQUIRE(c.StartSchedd().ok());
+  REQUIRE(c.StartNode("workerd", "worker-0", {"--model_dir=" + c.dir() + "/models"}).ok());
+  REQUIRE(c.StartNode("psd", "psd-0", {"--checkpoint_dir=" + c.dir() + "/ckpt"}).ok());
+  auto node = c.Identity("psd-9", false);
+  auto admin = c.Identity("admin", true);
+  REQUIRE(node.ok());
+  REQUIRE(admin.ok());
+  auto fetch = [&](const TlsMaterial& who, const std::string& job) {
+    auto stub = v1::Artifacts::NewStub(MakeSecureChannel(c.node("worker-0").control_address, who));
+    grpc::ClientContext ctx;
+    v1::GetModelRequest req;
+    req.set_job_id(job);
+    auto reader = stub->GetModel(&ctx, req);
+    v1::ModelChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    return reader->Finish().error_code();
+  };
+  CHECK(fetch(*node, "job-1") == grpc::StatusCode::PERMISSION_DENIED);
+  CHECK(fetch(*admin, "job-1") == grpc::StatusCode::NOT_FOUND);
+  CHECK(fetch(*admin, "../../etc/passwd") == grpc::StatusCode::INVALID_ARGUMENT);
+  auto psd = v1::Artifacts::NewStub(MakeSecureChannel(c.node("psd-0").control_address, *node));
+  grpc::ClientContext ctx;
+  v1::ListCheckpointsResponse list;
+  CHECK(psd->ListCheckpoints(&ctx, v1::ListCheckpointsRequest(), &list).ok());
+  CHECK(list.checkpoints_size() == 0);
+  CHECK(list.dir() == c.dir() + "/ckpt");
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace hetps

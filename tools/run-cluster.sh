@@ -147,7 +147,7 @@ for node in worker-0 worker-1; do
   i=$((i + 1))
   start workerd "$node" --scheduler="$schedd_addr" --listen=127.0.0.1:0 \
     --metrics_listen="127.0.0.1:$((base_port + 2400 + i))" --cpu_threads=1 "${data_flags[@]}" \
-    "${trace[@]}"
+    "${trace[@]}" --model_dir="$out/$node-models"
 done
 
 psctl() { "$bin/clients/psctl/psctl" --config="$out/psctl.yaml" "$@"; }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "clients/psctl/internal.h"
 #include "lib/base/escape.h"
 #include "lib/base/file.h"
 #include "lib/base/json_writer.h"
@@ -45,6 +46,11 @@ constexpr char kUsageText[] =
     "                every live node of that role\n"
     "  job status [JOB_ID]  a job's state and progress (default: the newest job)\n"
     "  job cancel [JOB_ID]  stop a job (default: the newest job)\n"
+    "  job export [JOB_ID] -o FILE\n"
+    "                fetch a succeeded job's model (safetensors) from its rank 0 worker\n"
+    "  checkpoint list [JOB_ID]  each psd's checkpoints of a job (default: the newest)\n"
+    "  checkpoint show [JOB_ID] [ROUND]  one round on every psd (default: the newest\n"
+    "                round all of them hold, where a recovery would resume)\n"
     "  help          this text\n"
     "\n"
     "--endpoint defaults to 127.0.0.1:7070 (schedd) or $HETPS_ENDPOINT.\n"
@@ -90,6 +96,8 @@ const char* ServingName(v1::ServingState s) {
   }
 }
 
+}  // namespace
+
 std::string Bytes(uint64_t b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(b);
@@ -133,6 +141,8 @@ std::string Table(std::vector<std::vector<std::string>> rows) {
   }
   return out;
 }
+
+namespace {
 
 void CapabilitiesJson(const v1::Capabilities& c, JsonWriter& w) {
   w.BeginObject()
@@ -521,6 +531,8 @@ absl::StatusOr<std::string> ReadJobSpec(const std::string& path) {
   return s;
 }
 
+}  // namespace
+
 int RpcFailure(const grpc::Status& s, const std::string& endpoint, std::ostream& err) {
   bool unavailable = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
                      s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
@@ -534,8 +546,6 @@ int RpcFailure(const grpc::Status& s, const std::string& endpoint, std::ostream&
       << EscapeUntrusted(s.error_message()) << "\n";
   return unavailable ? kUnavailable : kError;
 }
-
-}  // namespace
 
 int JobCommand(const std::vector<std::string>& pos, int64_t servers, int64_t workers, bool json,
                const std::string& endpoint, std::shared_ptr<grpc::Channel> channel,
@@ -599,7 +609,8 @@ int JobCommand(const std::vector<std::string>& pos, int64_t servers, int64_t wor
     }
     return kOk;
   }
-  err << "psctl: job needs submit FILE, status [JOB_ID] or cancel [JOB_ID]\n";
+  err << "psctl: job needs submit FILE, status [JOB_ID], cancel [JOB_ID] or export [JOB_ID] -o "
+         "FILE\n";
   return kUsage;
 }
 
@@ -700,7 +711,10 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     err << kUsageText;
     return kUsage;
   }
-  const size_t max_args = positional[0] == "job" ? 3 : 1;
+  const size_t max_args = positional[0] == "job" ? 3 : positional[0] == "checkpoint" ? 4 : 1;
+  // job export's -o names the file to write.
+  const bool exporting =
+      positional[0] == "job" && positional.size() > 1 && positional[1] == "export";
   if (positional.size() > max_args) {
     err << "psctl: unexpected argument '" << EscapeUntrusted(positional[max_args]) << "'\n";
     return kUsage;
@@ -710,7 +724,7 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     out << kUsageText;
     return kOk;
   }
-  if (output != "table" && output != "json") {
+  if (!exporting && output != "table" && output != "json") {
     err << "psctl: -o must be table or json, not '" << output << "'\n";
     return kUsage;
   }
@@ -773,6 +787,12 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     out << (json ? NodesJson(resp, absl::Now()) : NodesTable(resp, absl::Now()));
     return kOk;
   }
+  Connection conn{endpoint, channel, *material, token, timeout_ms, json};
+  if (exporting) {
+    conn.json = false;
+    return ExportCommand(positional.size() > 2 ? positional[2] : "", output, conn, out, err);
+  }
+  if (cmd == "checkpoint") return CheckpointCommand(positional, conn, out, err);
   if (cmd == "job")
     return JobCommand(positional, servers, workers, json, endpoint, channel, timeout_ms, out, err);
   auto admin = v1::Admin::NewStub(channel);

@@ -2,7 +2,8 @@
 //
 //   psctl [--endpoint HOST:PORT] [--timeout_ms N] [-o table|json] COMMAND
 //   COMMAND: status | nodes [--all] | config | drain | job submit FILE |
-//            job status [JOB_ID] | job cancel [JOB_ID] | help
+//            job status [JOB_ID] | job cancel [JOB_ID] |
+//            job export [JOB_ID] -o FILE | checkpoint list|show ... | help
 //
 // Data goes to `out`, errors to `err`. Exit codes (stable, documented in
 // docs/psctl.md): 0 ok, 1 the daemon answered with an error, 2 usage,

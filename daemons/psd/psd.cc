@@ -10,6 +10,7 @@
 #include "lib/daemon/job_runner.h"
 #include "lib/job/model_file.h"
 #include "lib/ps/shard_server.h"
+#include "lib/rpc/grpc_util.h"
 #include "lib/storage/checkpoint_store.h"
 #include "lib/storage/checkpoint_writer.h"
 #include "lib/train/model.h"
@@ -268,34 +269,68 @@ class Psd::Jobs final : public JobRunner {
   // that asks; null (logged) without a checkpoint_dir or when the store
   // cannot be opened: the job then runs without checkpoints.
   storage::CheckpointWriter* CheckpointWriterFor(const std::string& job_id) {
-    const std::string& dir = psd_->config_.checkpoint_dir;
-    if (dir.empty()) {
+    if (psd_->config_.checkpoint_dir.empty()) {
       logger().Warn("job asks for checkpoints but this psd has no checkpoint_dir: none written",
                     {{"job_id", job_id}});
       return nullptr;
     }
+    absl::Status open = OpenStore();
     absl::MutexLock lock(&mu_);
-    if (writer_ != nullptr) {
-      PruneJobs(job_id);
-      return writer_.get();
-    }
-    storage::CheckpointStoreConfig sc;
-    sc.dir = dir;
-    sc.keep_last = static_cast<uint32_t>(psd_->config_.checkpoint_keep);
-    auto store = storage::CheckpointStore::Open(sc);
-    if (!store.ok()) {
-      logger().Error("checkpoint store cannot be opened: the job runs without checkpoints",
-                     {{"job_id", job_id}, {"dir", dir}, {"error", store.status().message()}});
+    if (!open.ok()) {
+      logger().Error(
+          "checkpoint store cannot be opened: the job runs without checkpoints",
+          {{"job_id", job_id}, {"dir", psd_->config_.checkpoint_dir}, {"error", open.message()}});
       checkpoint_open_failed_->Increment();
       return nullptr;
     }
-    store_ = std::move(*store);
-    writer_ = std::make_unique<storage::CheckpointWriter>(store_.get());
-    logger().Info("checkpoint store open", {{"dir", dir}});
     PruneJobs(job_id);
     return writer_.get();
   }
 
+ public:
+  // The store and its writer, opened at the first use (a job that
+  // checkpoints, or psctl listing them) and kept for the daemon's life.
+  absl::Status OpenStore() {
+    absl::MutexLock lock(&mu_);
+    if (store_ != nullptr) return absl::OkStatus();
+    storage::CheckpointStoreConfig sc;
+    sc.dir = psd_->config_.checkpoint_dir;
+    sc.keep_last = static_cast<uint32_t>(psd_->config_.checkpoint_keep);
+    ASSIGN_OR_RETURN(store_, storage::CheckpointStore::Open(sc));
+    writer_ = std::make_unique<storage::CheckpointWriter>(store_.get());
+    logger().Info("checkpoint store open", {{"dir", sc.dir}});
+    return absl::OkStatus();
+  }
+
+  // Artifacts.ListCheckpoints.
+  grpc::Status ListCheckpoints(const std::string& job_id, v1::ListCheckpointsResponse* out) {
+    out->set_dir(psd_->config_.checkpoint_dir);
+    if (psd_->config_.checkpoint_dir.empty()) return grpc::Status::OK;
+    if (absl::Status s = OpenStore(); !s.ok()) return ToGrpcStatus(s);
+    storage::CheckpointStore* store = Store();
+    std::vector<std::string> jobs = {job_id};
+    if (job_id.empty()) {
+      absl::StatusOr<std::vector<std::string>> all = store->Jobs();
+      if (!all.ok()) return ToGrpcStatus(all.status());
+      jobs = std::move(*all);
+    }
+    for (const std::string& id : jobs) {
+      absl::StatusOr<std::vector<storage::CheckpointInfo>> list = store->List(id);
+      if (!list.ok()) return ToGrpcStatus(list.status());
+      for (const storage::CheckpointInfo& c : *list) {
+        v1::CheckpointDescription* d = out->add_checkpoints();
+        d->set_job_id(c.job_id);
+        d->set_server_index(c.server_index);
+        d->set_round(c.round);
+        d->set_written_unix_ms(int64_t(c.written_unix_ms));
+        d->set_chunks(c.chunks);
+        d->set_bytes(c.bytes);
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
   // Once opened, the store stays for the daemon's life.
   storage::CheckpointStore* Store() {
     absl::MutexLock lock(&mu_);
@@ -434,8 +469,14 @@ Psd::Psd(const PsdConfig& config) : config_(config) {}
 Psd::~Psd() { Shutdown(); }
 
 absl::Status Psd::Start() {
+  artifacts_ = std::make_unique<ArtifactsService>(
+      runtime_.get(), "", [this](const std::string& job_id, v1::ListCheckpointsResponse* out) {
+        Jobs* jobs = jobs_view_.load();  // set once the runner exists (RPCs start first)
+        if (jobs == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "starting");
+        return jobs->ListCheckpoints(job_id, out);
+      });
   RETURN_IF_ERROR(runtime_->StartControl(
-      {},
+      {artifacts_.get()},
       [this](v1::GetStatusResponse* r) {
         r->set_scheduler_address(agent_->scheduler_address());
         r->set_scheduler_connected(agent_->connected());

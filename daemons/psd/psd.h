@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "lib/config/config.h"
+#include "lib/daemon/artifacts.h"
 #include "lib/daemon/common_config.h"
 #include "lib/daemon/daemon_main.h"
 #include "lib/daemon/data_plane.h"
@@ -52,6 +53,7 @@ class Psd final : public Daemon {
 
   const PsdConfig config_;
   std::unique_ptr<NodeRuntime> runtime_;
+  std::unique_ptr<ArtifactsService> artifacts_;  // served until StopControl
   transport::ReceiverMux mux_;
   std::unique_ptr<transport::Endpoint> endpoint_;
   std::unique_ptr<transport::TcpEndpoint> tcp_;  // null with data_tcp: false

@@ -5,9 +5,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
+#include "lib/daemon/artifacts.h"
 #include "lib/daemon/job_runner.h"
 #include "lib/job/bsp_worker.h"
 #include "lib/train/backend.h"
+#include "lib/train/model.h"
 
 namespace hetps {
 
@@ -19,6 +21,10 @@ void DeclareWorkerdConfig(ConfigSchema* schema, WorkerdConfig* c) {
               "BLAS threads of the CPU backend (0 = OpenBLAS's default, every core).", 0, 1024);
   schema->Int("report_every", &c->report_every,
               "Iterations between progress log lines and reports to schedd.", 1, 1 << 30);
+  schema->String("model_dir", &c->model_dir,
+                 "Where rank 0 saves each succeeded job's model (<job_id>.safetensors; psctl job "
+                 "export fetches it), created if missing. Empty: no models are kept.");
+  schema->Int("model_keep", &c->model_keep, "Models kept in model_dir (the newest).", 1, 100000);
 }
 
 // The workerd's part of a job: one BspWorker, run to the end.
@@ -146,6 +152,7 @@ class Workerd::Jobs final : public JobRunner {
                                  {"start_wait_s", p.start_wait_s}});
     });
     Detach();
+    if (s.ok() && rank == 0) SaveModel(a.job_id(), spec, worker->params());
     if (s.ok()) {
       logger().Info("job part done",
                     {{"job_id", a.job_id()},
@@ -189,6 +196,25 @@ class Workerd::Jobs final : public JobRunner {
   }
 
  private:
+  // Rank 0 holds the final parameters: saved for psctl job export. A
+  // failure is logged; the job's outcome does not depend on it.
+  void SaveModel(const std::string& job_id, const JobSpec& spec, const std::vector<float>& params) {
+    const std::string& dir = w_->config_.model_dir;
+    if (dir.empty()) return;
+    std::unique_ptr<train::Backend> cpu = train::NewCpuBackend();
+    absl::StatusOr<std::string> path = [&]() -> absl::StatusOr<std::string> {
+      ASSIGN_OR_RETURN(train::ModelSpec ms, train::BuiltinModel(spec.model));
+      ASSIGN_OR_RETURN(std::unique_ptr<train::Model> model, train::Model::Create(ms, cpu.get(), 1));
+      return SaveJobModel(dir, job_id, *model, params, {spec.model, spec.dataset, spec.name},
+                          size_t(w_->config_.model_keep));
+    }();
+    if (!path.ok()) {
+      logger().Error("model not saved", {{"job_id", job_id}, {"error", path.status().message()}});
+      return;
+    }
+    logger().Info("model saved", {{"job_id", job_id}, {"path", *path}});
+  }
+
   // The worker stops receiving and being stopped through worker_.
   void Detach() {
     w_->mux_.Set(nullptr);
@@ -226,8 +252,9 @@ absl::StatusOr<std::unique_ptr<Workerd>> Workerd::Create(const WorkerdConfig& co
 Workerd::~Workerd() { Shutdown(); }
 
 absl::Status Workerd::Start() {
+  artifacts_ = std::make_unique<ArtifactsService>(runtime_.get(), config_.model_dir, nullptr);
   RETURN_IF_ERROR(runtime_->StartControl(
-      {},
+      {artifacts_.get()},
       [this](v1::GetStatusResponse* r) {
         r->set_scheduler_address(agent_->scheduler_address());
         r->set_scheduler_connected(agent_->connected());

@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "lib/config/config.h"
+#include "lib/daemon/artifacts.h"
 #include "lib/daemon/common_config.h"
 #include "lib/daemon/daemon_main.h"
 #include "lib/daemon/data_plane.h"
@@ -31,6 +32,8 @@ struct WorkerdConfig {
   int64_t cpu_threads = 0;
   // Iterations between progress log lines and reports (evaluations add more).
   int64_t report_every = 50;
+  std::string model_dir;  // rank 0's saved models (empty: none)
+  int64_t model_keep = 20;
 };
 
 void DeclareWorkerdConfig(ConfigSchema* schema, WorkerdConfig* config);
@@ -53,6 +56,7 @@ class Workerd final : public Daemon {
 
   const WorkerdConfig config_;
   std::unique_ptr<NodeRuntime> runtime_;
+  std::unique_ptr<ArtifactsService> artifacts_;  // served until StopControl
   transport::ReceiverMux mux_;
   std::unique_ptr<transport::Endpoint> endpoint_;
   std::unique_ptr<transport::TcpEndpoint> tcp_;  // null with data_tcp: false
