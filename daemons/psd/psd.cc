@@ -3,6 +3,8 @@
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -143,7 +145,11 @@ class Psd::Jobs final : public JobRunner {
                      SelectJobTransport(spec, key, psd_->endpoint_.get(), psd_->tcp_.get()));
     storage::CheckpointWriter* writer = nullptr;
     if (spec.checkpoint_every_rounds > 0) writer = CheckpointWriterFor(a.job_id());
-    if (a.recovery_epoch() > 0) OfferCheckpoints(a.job_id(), uint32_t(index), writer);
+    ASSIGN_OR_RETURN(std::unique_ptr<storage::CheckpointStore> adopted,
+                     OpenAdopted(a.servers(index)));
+    if (a.recovery_epoch() > 0) {
+      OfferCheckpoints(a.job_id(), uint32_t(index), writer, adopted.get());
+    }
     MarkReady();
 
     v1::JobAssignment latest = a;
@@ -154,8 +160,8 @@ class Psd::Jobs final : public JobRunner {
     // they offered (0: the initial parameters above).
     std::optional<storage::Checkpoint> resume;
     if (latest.recovery_epoch() > 0 && latest.resume_round() > 0) {
-      ASSIGN_OR_RETURN(
-          resume, LoadCheckpoint(a.job_id(), uint32_t(index), uint64_t(latest.resume_round())));
+      ASSIGN_OR_RETURN(resume, LoadCheckpoint(a.job_id(), uint32_t(index),
+                                              uint64_t(latest.resume_round()), adopted.get()));
     }
     if (latest.recovery_epoch() > 0) {
       logger().Info("resuming", {{"job_id", a.job_id()},
@@ -236,6 +242,7 @@ class Psd::Jobs final : public JobRunner {
     r->set_rounds_by_membership(s.rounds_by_membership);
     r->set_last_contributors(s.last_contributors);
     r->set_last_round_ms(s.last_round_ms);
+    if (Store() != nullptr) r->set_checkpoint_dir(OwnCheckpointDir());  // usable: adoptable
     {
       absl::MutexLock lock(&mu_);
       for (uint64_t round : offered_) r->add_checkpoint_rounds(round);
@@ -331,6 +338,16 @@ class Psd::Jobs final : public JobRunner {
   }
 
  private:
+  // This psd's checkpoint_dir as other psds would name it (absolute), or
+  // empty.
+  std::string OwnCheckpointDir() const {
+    const std::string& dir = psd_->config_.checkpoint_dir;
+    if (dir.empty()) return "";
+    std::error_code ec;
+    const std::filesystem::path p = std::filesystem::absolute(dir, ec);
+    return ec ? dir : p.lexically_normal().string();
+  }
+
   // Once opened, the store stays for the daemon's life.
   storage::CheckpointStore* Store() {
     absl::MutexLock lock(&mu_);
@@ -338,53 +355,87 @@ class Psd::Jobs final : public JobRunner {
   }
 
   // In a recovery epoch, before reporting ready: the rounds of this
-  // server's valid checkpoints of the job, for schedd to pick the newest
-  // common one. A checkpoint failing its checks is skipped (counted,
-  // logged); without a store only round 0 is on offer.
+  // server's valid checkpoints of the job, in its own store and, for an
+  // adopted part, in `adopted` (the lost psd's), for schedd to pick the
+  // newest common one. A checkpoint failing its checks is skipped
+  // (counted, logged); without a store only round 0 is on offer.
   void OfferCheckpoints(const std::string& job_id, uint32_t index,
-                        storage::CheckpointWriter* writer) {
-    if (writer == nullptr) return;
-    writer->Drain();  // the stopped part's last checkpoint counts too
-    storage::ReadStats stats;
+                        storage::CheckpointWriter* writer, storage::CheckpointStore* adopted) {
+    if (writer != nullptr) writer->Drain();  // the stopped part's last checkpoint counts too
+    std::vector<uint64_t> offered;
     // Reads every checkpoint whole: not under mu_, which heartbeats take.
-    absl::StatusOr<std::vector<uint64_t>> rounds = Store()->ValidRounds(job_id, index, &stats);
-    for (const std::string& why : stats.why) {
-      logger().Warn("checkpoint skipped: it fails its checks", {{"job_id", job_id}, {"why", why}});
+    for (storage::CheckpointStore* store : {writer != nullptr ? Store() : nullptr, adopted}) {
+      if (store == nullptr) continue;
+      storage::ReadStats stats;
+      absl::StatusOr<std::vector<uint64_t>> rounds = store->ValidRounds(job_id, index, &stats);
+      for (const std::string& why : stats.why) {
+        logger().Warn("checkpoint skipped: it fails its checks",
+                      {{"job_id", job_id}, {"dir", store->dir()}, {"why", why}});
+      }
+      checkpoints_invalid_->Increment(stats.skipped);
+      if (!rounds.ok()) {
+        logger().Error(
+            "checkpoints cannot be listed",
+            {{"job_id", job_id}, {"dir", store->dir()}, {"error", rounds.status().message()}});
+        continue;
+      }
+      offered.insert(offered.end(), rounds->begin(), rounds->end());
     }
-    checkpoints_invalid_->Increment(stats.skipped);
-    if (!rounds.ok()) {
-      logger().Error("checkpoints cannot be listed: offering round 0 only",
-                     {{"job_id", job_id}, {"error", rounds.status().message()}});
-      return;
-    }
+    std::sort(offered.rbegin(), offered.rend());
+    offered.erase(std::unique(offered.begin(), offered.end()), offered.end());
     logger().Info(
         "checkpoints offered for recovery",
         {{"job_id", job_id},
-         {"rounds", static_cast<unsigned>(rounds->size())},
-         {"newest", rounds->empty() ? 0ull : static_cast<unsigned long long>(rounds->front())}});
+         {"rounds", static_cast<unsigned>(offered.size())},
+         {"newest", offered.empty() ? 0ull : static_cast<unsigned long long>(offered.front())}});
     absl::MutexLock lock(&mu_);
-    offered_ = std::move(*rounds);
+    offered_ = std::move(offered);
   }
 
-  // The checkpoint of `round` to resume from; later rounds are removed (a
-  // history that will not happen). Fails the job's part when it cannot be
-  // read (it passed the checks when offered).
+  // The checkpoint of `round` to resume from, from this psd's store or
+  // else `adopted`; this psd's later rounds are removed (a history that
+  // will not happen). Fails the job's part when it cannot be read (it
+  // passed the checks when offered).
   absl::StatusOr<storage::Checkpoint> LoadCheckpoint(const std::string& job_id, uint32_t index,
-                                                     uint64_t round) {
-    storage::CheckpointStore* store = Store();
-    if (store == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("resume from round ", round, ": this psd has no checkpoint store"));
-    }
-    absl::StatusOr<storage::Checkpoint> c = store->Read(job_id, index, round);
+                                                     uint64_t round,
+                                                     storage::CheckpointStore* adopted) {
+    storage::CheckpointStore* own = Store();
+    absl::StatusOr<storage::Checkpoint> c =
+        absl::NotFoundError(absl::StrCat("resume from round ", round, ": no checkpoint store"));
+    if (own != nullptr) c = own->Read(job_id, index, round);
+    if (!c.ok() && adopted != nullptr) c = adopted->Read(job_id, index, round);
     if (!c.ok()) {
       return absl::Status(c.status().code(),
                           absl::StrCat("resume from round ", round, ": ", c.status().message()));
     }
-    if (absl::Status d = store->DeleteAfter(job_id, index, round); !d.ok()) {
-      logger().Warn("later checkpoints not removed", {{"error", d.message()}});
+    if (own != nullptr) {
+      if (absl::Status d = own->DeleteAfter(job_id, index, round); !d.ok()) {
+        logger().Warn("later checkpoints not removed", {{"error", d.message()}});
+      }
     }
     return c;
+  }
+
+  // For a part this psd adopted: the lost psd's store, read only. It must
+  // be readable here (shared storage), or the job fails saying so.
+  absl::StatusOr<std::unique_ptr<storage::CheckpointStore>> OpenAdopted(const v1::JobMember& me) {
+    if (me.checkpoint_dir().empty() || me.checkpoint_dir() == OwnCheckpointDir()) {
+      return std::unique_ptr<storage::CheckpointStore>();
+    }
+    storage::CheckpointStoreConfig sc;
+    sc.dir = me.checkpoint_dir();
+    sc.read_only = true;
+    absl::StatusOr<std::unique_ptr<storage::CheckpointStore>> store =
+        storage::CheckpointStore::Open(sc);
+    if (!store.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "this psd adopts the part of a psd that did not come back, but cannot read its "
+          "checkpoints at ",
+          sc.dir, " (", store.status().message(),
+          "): adoption needs checkpoint_dir on storage every psd can read (docs/operations.md)"));
+    }
+    logger().Info("adopting a part from another psd's checkpoints", {{"dir", sc.dir}});
+    return store;
   }
 
   // Earlier jobs' checkpoints beyond checkpoint_keep_jobs go, so that a

@@ -224,7 +224,13 @@ void JobTable::OnMembershipEvent(MembershipEventKind kind, const NodeRecord& n) 
   SaveIfChanged(seq, roster);
 }
 
-void JobTable::Tick() {
+bool JobTable::RecoveryDue() const {
+  absl::MutexLock lock(&mu_);
+  return !jobs_.empty() && jobs_.back().assignment.state() == v1::JOB_STATE_RECOVERING &&
+         clock_->Now() >= jobs_.back().recover_deadline;
+}
+
+void JobTable::Tick(const std::vector<NodeRecord>& alive) {
   absl::MutexLock lock(&mu_);
   if (jobs_.empty()) return;
   Job& j = jobs_.back();
@@ -246,19 +252,70 @@ void JobTable::Tick() {
   if (j.assignment.state() != v1::JOB_STATE_RECOVERING || now < j.recover_deadline) {
     return;
   }
-  std::string missing;
-  for (const Member& m : j.members) {
-    if (m.role == NodeRole::kServer && !m.m.alive()) {
-      absl::StrAppend(&missing, missing.empty() ? "" : ", ", m.m.node_id());
+  // A psd that did not come back: a live psd outside the job adopts its
+  // part from the checkpoints in its checkpoint_dir (shared storage).
+  std::string missing, why;
+  std::vector<std::string> taken;
+  for (Member& m : j.members) {
+    if (m.role != NodeRole::kServer || m.m.alive()) continue;
+    const std::string dir = m.report.checkpoint_dir();  // a copy: Adopt clears the report
+    const NodeRecord* spare = nullptr;
+    for (const NodeRecord& n : alive) {
+      if (n.role != NodeRole::kServer || n.state != NodeState::kAlive || n.data_address.empty() ||
+          FindMember(j, n.node_id) != nullptr ||
+          std::find(taken.begin(), taken.end(), n.node_id) != taken.end()) {
+        continue;
+      }
+      if (spare == nullptr || n.node_id < spare->node_id) spare = &n;
     }
+    if (dir.empty() || spare == nullptr) {
+      absl::StrAppend(&missing, missing.empty() ? "" : ", ", m.m.node_id());
+      why = dir.empty() ? "it reported no checkpoint_dir to adopt its part from"
+                        : "no live psd outside the job can adopt its part";
+      continue;
+    }
+    taken.push_back(spare->node_id);
+    Adopt(j, &m, *spare, dir);
   }
   const std::string limit =
       absl::StrCat(absl::ToInt64Seconds(j.recover_timeout), " s (recover_timeout_s)");
+  if (!taken.empty() && missing.empty()) {
+    j.recover_deadline = now + j.recover_timeout;  // for the adopters to get ready
+    SaveIfChanged(seq, roster);
+    return;
+  }
   Finish(j, v1::JOB_STATE_FAILED,
          missing.empty() ? absl::StrCat("the members were not ready to resume within ", limit)
                          : absl::StrCat("server ", missing, " did not come back within ", limit,
-                                        "; its shard of the parameters is lost"));
+                                        " and ", why, "; its shard of the parameters is lost"));
   Save(j, true);
+}
+
+void JobTable::Adopt(Job& j, Member* m, const NodeRecord& spare, const std::string& dir) {
+  v1::JobAssignment& a = j.assignment;
+  const std::string lost = m->m.node_id();
+  m->m.set_node_id(spare.node_id);
+  m->m.set_data_address(spare.data_address);
+  m->m.set_alive(true);
+  m->m.set_checkpoint_dir(dir);
+  m->incarnation = spare.incarnation;
+  m->reported = false;
+  m->report.Clear();
+  m->awaited = false;
+  for (v1::JobMember& x : *a.mutable_servers()) {
+    if (x.node_id() == lost) x = m->m;
+  }
+  log_.Warn("job member adopted", {{"job_id", a.job_id()},
+                                   {"lost", lost},
+                                   {"adopter", spare.node_id},
+                                   {"index", m->m.rank()},
+                                   {"checkpoint_dir", dir}});
+  // A new epoch, as for a psd back at a new address (Readopt).
+  if (absl::Status s = BeginRecovery(j, absl::StrCat("server ", lost, " did not come back; ",
+                                                     spare.node_id, " adopts its part from ", dir));
+      !s.ok()) {
+    Finish(j, v1::JOB_STATE_FAILED, absl::StrCat("recovery: ", s.message()));
+  }
 }
 
 void JobTable::Reconcile(const std::vector<NodeRecord>& all) {
@@ -304,7 +361,10 @@ void JobTable::LoseMember(Job& j, Member* m, const char* why) {
                           ")"));
       return;
     }
-    if (absl::Status s = BeginRecovery(j, lost); !s.ok()) {
+    const std::string why =
+        absl::StrCat(lost, "; waiting up to ", absl::ToInt64Seconds(j.recover_timeout),
+                     " s for it, then every member resumes from the newest checkpoint");
+    if (absl::Status s = BeginRecovery(j, why); !s.ok()) {
       Finish(j, v1::JOB_STATE_FAILED, absl::StrCat(lost, "; recovery: ", s.message()));
     }
     return;
@@ -312,7 +372,7 @@ void JobTable::LoseMember(Job& j, Member* m, const char* why) {
   Advance(j);
 }
 
-absl::Status JobTable::BeginRecovery(Job& j, const std::string& lost) {
+absl::Status JobTable::BeginRecovery(Job& j, const std::string& why) {
   v1::JobAssignment& a = j.assignment;
   RETURN_IF_ERROR(NewKey(&a));
   a.set_recovery_epoch(a.recovery_epoch() + 1);
@@ -321,10 +381,9 @@ absl::Status JobTable::BeginRecovery(Job& j, const std::string& lost) {
   a.set_resume_round(0);
   a.set_roster_version(a.roster_version() + 1);
   j.recover_deadline = clock_->Now() + j.recover_timeout;
-  j.message = absl::StrCat(lost, "; waiting up to ", absl::ToInt64Seconds(j.recover_timeout),
-                           " s for it, then every member resumes from the newest checkpoint");
+  j.message = why;
   log_.Warn("job recovering", {{"job_id", a.job_id()},
-                               {"lost", lost},
+                               {"why", why},
                                {"recovery_epoch", static_cast<unsigned>(a.recovery_epoch())}});
   return absl::OkStatus();
 }
@@ -345,10 +404,18 @@ void JobTable::Readopt(Job& j, Member* m, const NodeRecord& n) {
       x.set_data_address(n.data_address);
     }
   }
-  a.set_roster_version(a.roster_version() + 1);
   log_.Info("job member back", {{"job_id", a.job_id()},
                                 {"node_id", n.node_id},
                                 {"incarnation", static_cast<unsigned long long>(n.incarnation)}});
+  // A new epoch: every member rebuilds its part knowing the address the
+  // psd has now, before any round starts (a worker built with the old one
+  // would refuse its parameters).
+  if (absl::Status s = BeginRecovery(j, absl::StrCat("server ", n.node_id,
+                                                     " is back; every member resumes from the "
+                                                     "newest checkpoint"));
+      !s.ok()) {
+    Finish(j, v1::JOB_STATE_FAILED, absl::StrCat("recovery: ", s.message()));
+  }
 }
 
 void JobTable::SyncAssignment(Job& j) {

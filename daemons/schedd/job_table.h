@@ -77,9 +77,13 @@ class JobTable {
                    v1::HeartbeatResponse* resp);
   // A membership event about `node` (as membership recorded it).
   void OnMembershipEvent(MembershipEventKind kind, const NodeRecord& node);
-  // Fails a recovery that ran past its job's recover_timeout_s. Called
-  // periodically.
-  void Tick();
+  // A recovery past its job's recover_timeout_s: each psd still lost is
+  // adopted by a live psd outside the job (from `alive`, as membership
+  // lists them) that reads its checkpoints from the checkpoint_dir it
+  // reported; without one the job fails. Called periodically.
+  void Tick(const std::vector<NodeRecord>& alive);
+  // Whether the next Tick may adopt (a recovery past its deadline).
+  bool RecoveryDue() const;
 
   // Applies the full membership table (`all`, departed nodes included) after
   // events may have been missed.
@@ -133,6 +137,9 @@ class JobTable {
   void Resume(Job& j) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A new recovery epoch: new key, every member restarts its part.
   absl::Status BeginRecovery(Job& j, const std::string& lost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `spare` takes over lost server `m`'s part, reading `dir`.
+  void Adopt(Job& j, Member* m, const NodeRecord& spare, const std::string& dir)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A lost server back with a newer incarnation becomes the member again.
   void Readopt(Job& j, Member* m, const NodeRecord& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets a fresh data key and id (never the previous id).

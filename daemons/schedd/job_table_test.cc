@@ -315,11 +315,12 @@ TEST_CASE("A lost server of a checkpointed job: RECOVERING, back, resumed") {
   f.Event(MembershipEventKind::kJoined, "psd-1", 2, "127.0.0.1:6001");
   v1::JobStatus s = *f.table.Get("");
   CHECK(s.state() == v1::JOB_STATE_RECOVERING);
-  CHECK(s.message().find("psd-1 restarted") != std::string::npos);
-  // Re-adopted at once (the join was the event), at its new address.
+  CHECK(s.message().find("psd-1 is back") != std::string::npos);
+  // Re-adopted at once (the join was the event), at its new address: a
+  // second epoch, so that every member builds its part knowing it.
   v1::JobAssignment a = f.Beat("psd-1", nullptr, 2);
   CHECK(a.state() == v1::JOB_STATE_RECOVERING);
-  CHECK(a.recovery_epoch() == 1);
+  CHECK(a.recovery_epoch() == 2);
   CHECK_FALSE(a.start());
   CHECK(a.servers(1).alive());
   CHECK(a.servers(1).data_address() == "127.0.0.1:6001");
@@ -344,7 +345,7 @@ TEST_CASE("A lost server of a checkpointed job: RECOVERING, back, resumed") {
   CHECK(b.state() == v1::JOB_STATE_RUNNING);
   CHECK(b.start());
   CHECK(b.resume_round() == 40);
-  CHECK(b.recovery_epoch() == 1);
+  CHECK(b.recovery_epoch() == 2);
   CHECK(b.total_iterations() == running.total_iterations());
   s = *f.table.Get("");
   CHECK(s.recoveries() == 1);
@@ -376,13 +377,58 @@ TEST_CASE("Recovery: no common round resumes from 0; another loss starts over") 
   // A worker lost meanwhile is dropped, as in any state.
   f.Event(MembershipEventKind::kDied, "worker-1", 1);
   f.Event(MembershipEventKind::kJoined, "psd-0", 3);
+  // psd-0 back: a new epoch, in which the others are ready again.
   a = f.Beat("psd-0", nullptr, 3);
   CHECK(a.servers(0).alive());
+  CHECK(a.recovery_epoch() == 2);
+  for (const char* n : {"psd-1", "worker-0"}) {
+    v1::NodeJobReport r = RecoveryReport(a, {30});
+    f.Beat(n, &r);
+  }
+  CHECK(f.State() == v1::JOB_STATE_RECOVERING);
   v1::NodeJobReport r0 = RecoveryReport(a, {20});
   v1::JobAssignment b = f.Beat("psd-0", &r0, 3);
   CHECK(b.state() == v1::JOB_STATE_RUNNING);
   CHECK(b.resume_round() == 0);
   CHECK_FALSE(b.workers(1).alive());
+}
+
+TEST_CASE("A psd that stays down: a spare psd adopts its part from its checkpoint_dir") {
+  Fixture f;
+  const v1::JobAssignment running = StartCheckpointedJob(f);
+  v1::NodeJobReport p1 = Report(running, true);
+  p1.set_checkpoint_dir("/shared/ckpt-psd-1");
+  f.Beat("psd-1", &p1);
+  f.Event(MembershipEventKind::kDied, "psd-1", 1);
+  std::vector<NodeRecord> alive = Cluster();
+  alive.push_back(Node("psd-2", NodeRole::kServer, 9, "127.0.0.1:6002"));
+  f.clock.Advance(absl::Seconds(29));
+  CHECK_FALSE(f.table.RecoveryDue());
+  f.clock.Advance(absl::Seconds(2));
+  REQUIRE(f.table.RecoveryDue());
+  f.table.Tick(alive);
+  v1::JobStatus s = *f.table.Get("");
+  CHECK(s.state() == v1::JOB_STATE_RECOVERING);
+  INFO(s.message());
+  CHECK(s.message().find("psd-2 adopts its part from /shared/ckpt-psd-1") != std::string::npos);
+  CHECK_FALSE(f.table.RecoveryDue());  // the adopter's turn to get ready
+  // psd-2 is server 1 now, reading the lost psd's checkpoints.
+  v1::JobAssignment a = f.Beat("psd-2", nullptr, 9);
+  REQUIRE(a.servers_size() == 2);
+  CHECK(a.servers(1).node_id() == "psd-2");
+  CHECK(a.servers(1).rank() == 1);
+  CHECK(a.servers(1).data_address() == "127.0.0.1:6002");
+  CHECK(a.servers(1).checkpoint_dir() == "/shared/ckpt-psd-1");
+  for (const char* n : {"psd-0", "worker-0", "worker-1"}) {
+    v1::NodeJobReport r = RecoveryReport(a, {40, 30});
+    f.Beat(n, &r);
+  }
+  v1::NodeJobReport r2 = RecoveryReport(a, {30, 20});
+  v1::JobAssignment b = f.Beat("psd-2", &r2, 9);
+  CHECK(b.state() == v1::JOB_STATE_RUNNING);
+  CHECK(b.resume_round() == 30);
+  // The lost psd, back later, is no member.
+  CHECK(f.Beat("psd-1", nullptr, 12).job_id().empty());
 }
 
 TEST_CASE("Recovery fails after recover_timeout_s, or without checkpoints") {
@@ -391,13 +437,38 @@ TEST_CASE("Recovery fails after recover_timeout_s, or without checkpoints") {
     StartCheckpointedJob(f);
     f.Event(MembershipEventKind::kLeft, "psd-1", 1);
     f.clock.Advance(absl::Seconds(29));
-    f.table.Tick();
+    f.table.Tick({});
     CHECK(f.State() == v1::JOB_STATE_RECOVERING);
     f.clock.Advance(absl::Seconds(2));
-    f.table.Tick();
+    f.table.Tick({});
     v1::JobStatus s = *f.table.Get("");
     CHECK(s.state() == v1::JOB_STATE_FAILED);
     CHECK(s.message().find("psd-1 did not come back within 30 s") != std::string::npos);
+  }
+  SECTION("no spare psd, or no checkpoint_dir reported") {
+    Fixture f;
+    StartCheckpointedJob(f);
+    f.Event(MembershipEventKind::kDied, "psd-0", 1);
+    f.clock.Advance(absl::Seconds(31));
+    std::vector<NodeRecord> alive = Cluster();
+    alive.push_back(Node("psd-2", NodeRole::kServer, 9));
+    f.table.Tick(alive);  // psd-0 never said where its checkpoints are
+    v1::JobStatus s = *f.table.Get("");
+    CHECK(s.state() == v1::JOB_STATE_FAILED);
+    CHECK(s.message().find("reported no checkpoint_dir") != std::string::npos);
+  }
+  SECTION("no spare psd") {
+    Fixture f;
+    const v1::JobAssignment running = StartCheckpointedJob(f);
+    v1::NodeJobReport p0 = Report(running, true);
+    p0.set_checkpoint_dir("/shared/ckpt-psd-0");
+    f.Beat("psd-0", &p0);
+    f.Event(MembershipEventKind::kDied, "psd-0", 1);
+    f.clock.Advance(absl::Seconds(31));
+    f.table.Tick(Cluster());  // only the job's own nodes
+    v1::JobStatus s = *f.table.Get("");
+    CHECK(s.state() == v1::JOB_STATE_FAILED);
+    CHECK(s.message().find("no live psd outside the job") != std::string::npos);
   }
   SECTION("recover_timeout_s: 0") {
     Fixture f;
@@ -532,7 +603,7 @@ TEST_CASE("schedd restarted: members that lost their part or never return are lo
   // psd-1 never heard from: lost at the end of the grace period; the job
   // checkpoints, so it waits for it (RECOVERING) under a new key.
   r.clock.Advance(absl::Seconds(11));
-  r.table->Tick();
+  r.table->Tick({});
   v1::JobStatus s = *r.table->Get("");
   CHECK(s.state() == v1::JOB_STATE_RECOVERING);
   CHECK(s.message().find("psd-1 did not come back after schedd restarted") != std::string::npos);
@@ -551,7 +622,7 @@ TEST_CASE("schedd and a psd restarted: the psd takes its part again from the che
   r.table->OnHeartbeat(Node("psd-1", NodeRole::kServer, 14, "127.0.0.1:7001"), nullptr, &resp);
   CHECK(r.State() == v1::JOB_STATE_RECOVERING);
   v1::JobAssignment b = resp.job();
-  CHECK(b.recovery_epoch() == 1);
+  CHECK(b.recovery_epoch() == 2);  // lost (1), back at a new address (2)
   REQUIRE(b.servers_size() == 2);
   CHECK(b.servers(1).alive());
   CHECK(b.servers(1).data_address() == "127.0.0.1:7001");

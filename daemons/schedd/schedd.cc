@@ -459,7 +459,8 @@ void Schedd::ReaperLoop() {
       changed = true;
     }
     if (changed) metrics_->Refresh(*membership_);
-    jobs_->Tick();
+    // The node list only when a recovery is due (it copies the table).
+    jobs_->Tick(jobs_->RecoveryDue() ? membership_->List(false) : std::vector<NodeRecord>());
     metrics_->RefreshJobs(*jobs_);
   }
   membership_->Unwatch(sub);

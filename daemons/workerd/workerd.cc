@@ -81,11 +81,7 @@ class Workerd::Jobs final : public JobRunner {
     c.job = spec;
     c.rank = static_cast<uint32_t>(rank);
     c.workers = static_cast<uint32_t>(a.workers_size());
-    for (const v1::JobMember& m : a.servers()) {
-      ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(m.data_address()));
-      ASSIGN_OR_RETURN(transport::Peer p, transport::ResolvePeer(hp));
-      c.servers.push_back(p);
-    }
+    ASSIGN_OR_RETURN(c.servers, ServersOf(a));
     ASSIGN_OR_RETURN(transport::DataKey key,
                      transport::DataKeyFromBytes(uint8_t(a.data_key_id()), a.data_key()));
     ASSIGN_OR_RETURN(transport::Transport * data,
@@ -122,6 +118,9 @@ class Workerd::Jobs final : public JobRunner {
           return absl::OkStatus();
         }
       }
+      // (Server addresses never change within an epoch: schedd starts a
+      // new one when a psd comes back elsewhere. Parameters of the resume
+      // round may have arrived already; ResumeAt keeps them.)
       worker->ResumeAt(latest.resume_round());
       logger().Info("resuming", {{"job_id", a.job_id()},
                                  {"iteration", static_cast<long long>(latest.resume_round())},
@@ -196,6 +195,16 @@ class Workerd::Jobs final : public JobRunner {
   }
 
  private:
+  static absl::StatusOr<std::vector<transport::Peer>> ServersOf(const v1::JobAssignment& a) {
+    std::vector<transport::Peer> out;
+    for (const v1::JobMember& m : a.servers()) {
+      ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(m.data_address()));
+      ASSIGN_OR_RETURN(transport::Peer p, transport::ResolvePeer(hp));
+      out.push_back(p);
+    }
+    return out;
+  }
+
   // Rank 0 holds the final parameters: saved for psctl job export. A
   // failure is logged; the job's outcome does not depend on it.
   void SaveModel(const std::string& job_id, const JobSpec& spec, const std::vector<float>& params) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
@@ -235,7 +236,7 @@ CheckpointStore::~CheckpointStore() {
 
 rocksdb::Options CheckpointStore::MakeOptions(const CheckpointStoreConfig& config) {
   rocksdb::Options o;
-  o.create_if_missing = true;
+  o.create_if_missing = !config.read_only;
   o.paranoid_checks = true;
   o.compression = rocksdb::kNoCompression;  // floats do not compress
   o.max_background_jobs = 1;
@@ -259,7 +260,16 @@ absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(
   if (config.dir.empty()) return absl::InvalidArgumentError("checkpoint store: no directory");
   if (config.keep_last == 0) return absl::InvalidArgumentError("checkpoint store: keep_last 0");
   const rocksdb::Options options = MakeOptions(config);
-  ASSIGN_OR_RETURN(rocksdb::DB * db, OpenDb(options, config.dir));
+  rocksdb::DB* db = nullptr;
+  if (config.read_only) {
+    RETURN_IF_ERROR(FromRocks(rocksdb::DB::OpenForReadOnly(options, config.dir, &db),
+                              "open (read only) " + config.dir));
+  } else {
+    // RocksDB makes the last directory only; an operator names a path.
+    std::error_code ec;
+    std::filesystem::create_directories(config.dir, ec);
+    ASSIGN_OR_RETURN(db, OpenDb(options, config.dir));
+  }
   return std::unique_ptr<CheckpointStore>(new CheckpointStore(config, options, db));
 }
 
@@ -304,7 +314,13 @@ void CheckpointStore::DeleteRound(rocksdb::WriteBatch* b, const std::string& job
   b->DeleteRange(RoundPrefix(job, srv, round), RoundEnd(job, srv, round));
 }
 
+absl::Status CheckpointStore::ReadOnly() const {
+  return absl::FailedPreconditionError(
+      absl::StrCat("checkpoint store ", config_.dir, ": opened read only (another psd's)"));
+}
+
 absl::Status CheckpointStore::Write(const Checkpoint& given) {
+  if (config_.read_only) return ReadOnly();
   RETURN_IF_ERROR(ValidateCheckpoint(given));
   absl::MutexLock wlock(&write_mu_);  // pruning reads the rounds, then writes
   // After a failed write RocksDB may refuse more until recovered; with the
@@ -561,6 +577,7 @@ absl::StatusOr<std::vector<uint64_t>> CheckpointStore::ValidRounds(const std::st
 
 absl::Status CheckpointStore::DeleteAfter(const std::string& job_id, uint32_t server_index,
                                           uint64_t round) {
+  if (config_.read_only) return ReadOnly();
   RETURN_IF_ERROR(ValidateJobId(job_id));
   ASSIGN_OR_RETURN(std::vector<uint64_t> rounds, Rounds(job_id, server_index));
   absl::MutexLock wlock(&write_mu_);
@@ -575,6 +592,7 @@ absl::Status CheckpointStore::DeleteAfter(const std::string& job_id, uint32_t se
 }
 
 absl::Status CheckpointStore::DeleteJob(const std::string& job_id) {
+  if (config_.read_only) return ReadOnly();
   RETURN_IF_ERROR(ValidateJobId(job_id));
   absl::MutexLock wlock(&write_mu_);
   absl::ReaderMutexLock lock(&db_mu_);

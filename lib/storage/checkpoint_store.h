@@ -71,6 +71,9 @@ struct CheckpointInfo {
 struct CheckpointStoreConfig {
   std::string dir;         // created if missing
   uint32_t keep_last = 3;  // per (job, server); at least 1
+  // Another psd's store, read to adopt its part: never written, and
+  // opened without taking RocksDB's lock (its owner is gone).
+  bool read_only = false;
   // Tests: a RocksDB Env over a fault-injecting file system. Not owned.
   rocksdb::Env* env = nullptr;
 };
@@ -126,6 +129,7 @@ class CheckpointStore {
   static rocksdb::Options MakeOptions(const CheckpointStoreConfig& config);
   static absl::StatusOr<rocksdb::DB*> OpenDb(const rocksdb::Options& options,
                                              const std::string& dir);
+  absl::Status ReadOnly() const;
   static void DeleteRound(rocksdb::WriteBatch* b, const std::string& job, uint32_t srv,
                           uint64_t round);
   absl::StatusOr<std::vector<uint64_t>> Rounds(const std::string& job_id, uint32_t server_index)

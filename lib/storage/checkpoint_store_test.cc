@@ -204,6 +204,31 @@ TEST_CASE("a record changed behind RocksDB's back fails its CRC; the previous on
   CHECK(vstats.skipped == 1);
 }
 
+TEST_CASE("another psd's store opens read only: read, never written", "[storage]") {
+  const std::string dir = MakeTestDir("ckpt");
+  {
+    auto store = OpenAt(dir);
+    REQUIRE(store->Write(Make(10)).ok());
+    REQUIRE(store->Write(Make(20)).ok());
+  }
+  CheckpointStoreConfig cfg;
+  cfg.dir = dir;
+  cfg.read_only = true;
+  auto ro = CheckpointStore::Open(cfg);
+  REQUIRE(ro.ok());
+  auto rounds = (*ro)->ValidRounds("job-20261124-1", 1);
+  REQUIRE(rounds.ok());
+  CHECK(*rounds == std::vector<uint64_t>{20, 10});
+  CheckSame(*(*ro)->Read("job-20261124-1", 1, 10), Make(10));
+  CHECK((*ro)->Write(Make(30)).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK((*ro)->DeleteAfter("job-20261124-1", 1, 10).code() ==
+        absl::StatusCode::kFailedPrecondition);
+  // A directory with no store is not created.
+  cfg.dir = dir + "-none";
+  CHECK_FALSE(CheckpointStore::Open(cfg).ok());
+  CHECK_FALSE(fs::exists(cfg.dir));
+}
+
 TEST_CASE("DeleteAfter removes the rounds of a history that resumed earlier", "[storage]") {
   auto store = OpenAt(MakeTestDir("ckpt"), 5);
   for (uint64_t r : {10, 20, 30, 40}) REQUIRE(store->Write(Make(r)).ok());
