@@ -4,9 +4,12 @@
 #include <prometheus/gauge.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
 #include "lib/daemon/job_runner.h"
@@ -18,6 +21,12 @@
 #include "lib/train/model.h"
 
 namespace hetps {
+namespace {
+
+// init_from: checkpoint:JOB[@ROUND] (docs/jobs.md).
+constexpr char kCheckpointPrefix[] = "checkpoint:";
+
+}  // namespace
 
 void DeclarePsdConfig(ConfigSchema* schema, PsdConfig* c) {
   DeclareCommonConfig(schema, &c->common);
@@ -131,8 +140,21 @@ class Psd::Jobs final : public JobRunner {
     ASSIGN_OR_RETURN(std::unique_ptr<train::Model> model,
                      train::Model::Create(model_spec, cpu.get(), 1));
     std::vector<float> init;
+    std::optional<storage::Checkpoint> start_from;  // init_from: checkpoint:...
     if (spec.init_from.empty()) {
       init = model->InitialParameters(spec.seed);
+    } else if (absl::StartsWith(spec.init_from, kCheckpointPrefix)) {
+      init = model->InitialParameters(spec.seed);  // this psd's chunks are replaced
+      ASSIGN_OR_RETURN(start_from, InitCheckpoint(spec.init_from, uint32_t(index)));
+      logger().Info("starting from a checkpoint",
+                    {{"job_id", a.job_id()},
+                     {"init_from", spec.init_from},
+                     {"round", static_cast<unsigned long long>(start_from->round)}});
+      {
+        absl::MutexLock lock(&mu_);  // reported: schedd checks every psd uses the same round
+        offered_ = {start_from->round};
+      }
+      start_from->round = 0;  // a new job: its own rounds from 0
     } else {
       // The job fails with the reason (file missing, another model, ...).
       ASSIGN_OR_RETURN(init, LoadModelFile(spec.init_from, *model));
@@ -188,7 +210,11 @@ class Psd::Jobs final : public JobRunner {
       c.checkpoint_every_rounds = static_cast<uint32_t>(spec.checkpoint_every_rounds);
       c.spec_text = JobSpecToYaml(spec);
     }
-    if (resume.has_value()) c.resume = &*resume;
+    if (resume.has_value()) {
+      c.resume = &*resume;
+    } else if (start_from.has_value()) {
+      c.resume = &*start_from;
+    }
     ASSIGN_OR_RETURN(std::unique_ptr<ps::ShardServer> server,
                      ps::ShardServer::Create(c, init, data));
     ASSIGN_OR_RETURN(std::vector<transport::Peer> workers, LiveWorkers(latest));
@@ -412,6 +438,40 @@ class Psd::Jobs final : public JobRunner {
       if (absl::Status d = own->DeleteAfter(job_id, index, round); !d.ok()) {
         logger().Warn("later checkpoints not removed", {{"error", d.message()}});
       }
+    }
+    return c;
+  }
+
+  // init_from: checkpoint:JOB[@ROUND]: this psd's part of JOB's newest
+  // valid checkpoint (or of ROUND) in its own store, for the new job to
+  // start from, parameters and optimizer state. The new job must have the
+  // same model, chunk_size and number of psds (in the same order): the
+  // checkpoint's chunks must be this server's, or the job fails saying so.
+  absl::StatusOr<storage::Checkpoint> InitCheckpoint(const std::string& init_from, uint32_t index) {
+    const std::string what = init_from.substr(std::strlen(kCheckpointPrefix));
+    const size_t at = what.find('@');
+    const std::string job = what.substr(0, at);
+    uint64_t round = 0;
+    if (at != std::string::npos && !absl::SimpleAtoi(what.substr(at + 1), &round)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("init_from ", init_from, ": after @ comes a round number"));
+    }
+    if (psd_->config_.checkpoint_dir.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("init_from ", init_from, ": this psd has no checkpoint_dir"));
+    }
+    if (absl::Status s = OpenStore(); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("init_from ", init_from, ": ", s.message()));
+    }
+    absl::StatusOr<storage::Checkpoint> c = at == std::string::npos
+                                                ? Store()->ReadNewest(job, index)
+                                                : Store()->Read(job, index, round);
+    if (!c.ok()) {
+      return absl::Status(
+          c.status().code(),
+          absl::StrCat("init_from ", init_from, ": no usable checkpoint of server ", index,
+                       " here (", c.status().message(),
+                       "); a job starts from a checkpoint on the psds that wrote it"));
     }
     return c;
   }

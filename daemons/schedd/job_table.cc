@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lib/base/escape.h"
@@ -77,6 +78,7 @@ absl::StatusOr<v1::JobStatus> JobTable::Submit(const v1::SubmitJobRequest& req,
   j.name = spec->name;
   j.model = spec->model;
   j.checkpoint_every = spec->checkpoint_every_rounds;
+  j.init_from_checkpoint = absl::StartsWith(spec->init_from, "checkpoint:");
   j.recover_timeout = absl::Seconds(spec->recover_timeout_s);
   ++submitted_;
   v1::JobAssignment& a = j.assignment;
@@ -468,6 +470,24 @@ void JobTable::Advance(Job& j) {
     return;
   }
   if (a.state() == v1::JOB_STATE_STARTING && all_ready) {
+    if (j.init_from_checkpoint) {
+      // Every part must come from the same round of the earlier job.
+      std::string rounds;
+      std::vector<uint64_t> seen;
+      for (const Member& m : j.members) {
+        if (m.role != NodeRole::kServer || m.report.checkpoint_rounds_size() != 1) continue;
+        seen.push_back(m.report.checkpoint_rounds(0));
+        absl::StrAppend(&rounds, rounds.empty() ? "" : ", ", m.m.node_id(), " ", seen.back());
+      }
+      const bool same =
+          std::adjacent_find(seen.begin(), seen.end(), std::not_equal_to<>()) == seen.end();
+      if (!same) {
+        Finish(j, v1::JOB_STATE_FAILED,
+               absl::StrCat("init_from: the psds' checkpoints are of different rounds (", rounds,
+                            "): name one every psd holds with @ROUND (psctl checkpoint show)"));
+        return;
+      }
+    }
     if (total <= 0) {
       Finish(j, v1::JOB_STATE_FAILED, "the workers reported a job of 0 iterations");
       return;

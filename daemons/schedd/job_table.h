@@ -117,6 +117,7 @@ class JobTable {
     absl::Time submitted, started, finished;
     std::vector<Member> members;   // servers by index, then workers by rank
     int64_t checkpoint_every = 0;  // from the spec
+    bool init_from_checkpoint = false;  // init_from: checkpoint:...
     absl::Duration recover_timeout;
     absl::Time recover_deadline;  // while RECOVERING
     uint32_t recoveries = 0;      // completed

@@ -672,6 +672,26 @@ TEST_CASE("a store of another format, or unreadable records, are reported") {
   CHECK(s.status().message().find("hetps-schedd-state-99") != std::string::npos);
 }
 
+TEST_CASE("init_from a checkpoint: every psd must start from the same round") {
+  Fixture f;
+  REQUIRE(
+      f.table.Submit(Request("model: mlp\nepochs: 1\ninit_from: checkpoint:job-old\n"), Cluster())
+          .ok());
+  v1::JobAssignment a = f.Beat("psd-0", nullptr);
+  for (const char* n : {"worker-0", "worker-1"}) {
+    v1::NodeJobReport r = Report(a, true);
+    f.Beat(n, &r);
+  }
+  v1::NodeJobReport p0 = Report(a, true), p1 = Report(a, true);
+  p0.add_checkpoint_rounds(20);
+  p1.add_checkpoint_rounds(15);
+  f.Beat("psd-0", &p0);
+  f.Beat("psd-1", &p1);
+  v1::JobStatus s = *f.table.Get("");
+  CHECK(s.state() == v1::JOB_STATE_FAILED);
+  CHECK(s.message().find("psd-0 20, psd-1 15") != std::string::npos);
+}
+
 TEST_CASE("History is bounded") {
   FakeClock clock;
   JobTable table(&clock, Logger(), 3);

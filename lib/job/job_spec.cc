@@ -18,8 +18,9 @@ void Bind(ConfigSchema& s, JobSpec& j) {
   s.Enum("model", &j.model, "model to train", train::BuiltinModelNames());
   s.String("dataset", &j.dataset, "directory holding the Fashion-MNIST IDX files");
   s.String("init_from", &j.init_from,
-           "a model file (hetps-train --save) the parameters start from; every psd reads it "
-           "(empty: from the seed)");
+           "a model file (hetps-train --save, psctl job export) the parameters start from; "
+           "every psd reads it. Or checkpoint:JOB[@ROUND]: each psd starts its part from its "
+           "checkpoint of JOB (same model, chunk_size and psds). Empty: from the seed");
   s.Enum("optimizer", &j.optimizer, "server-side optimizer", {"sgd", "adam"});
   s.Double("learning_rate", &j.learning_rate, "learning rate", 1e-9, 10);
   s.Enum("lr_schedule", &j.lr_schedule,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
 #include "lib/data/idx.h"
@@ -40,6 +41,11 @@ absl::StatusOr<LocalTrainingResult> RunLocalTraining(
   LocalTrainingResult result;
   if (job.init_from.empty()) {
     result.params = model->InitialParameters(job.seed);
+  } else if (absl::StartsWith(job.init_from, "checkpoint:")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("init_from ", job.init_from,
+                     ": a checkpoint is read by the psds that wrote it; outside a cluster, "
+                     "start from a model file (psctl job export)"));
   } else {
     ASSIGN_OR_RETURN(result.params, LoadModelFile(job.init_from, *model));
   }
