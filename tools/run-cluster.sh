@@ -159,9 +159,9 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 
-# Submits one job spec and follows it to its end; sets $state.
+# Submits one job spec and follows it to its end; sets $state and $id.
 run_job() {  # run_job SPEC K N
-  local spec=$1 k=$2 n=$3 json it acc sps loss id
+  local spec=$1 k=$2 n=$3 json it acc sps loss
   echo "run-cluster: submitting $spec ($k/$n)"
   id=$(psctl job submit "$spec" | sed -nE 's/^submitted ([^ ]+).*/\1/p')
   state=""
@@ -220,6 +220,11 @@ for _ in $(seq 1 "$repeat"); do
     k=$((k + 1))
     run_job "$spec" "$k" "$total"
     [ "$state" = succeeded ] || all_ok=0
+    # Rank 0 (worker-0) saved the model; psctl job export fetches the same.
+    if [ "$state" = succeeded ] && [ -f "$out/worker-0-models/$id.safetensors" ]; then
+      echo "run-cluster: model in $out/worker-0-models/$id.safetensors" \
+        "(hetps-train --eval FILE; init_from: FILE)"
+    fi
   done
 done
 if [ "$keep" -eq 1 ]; then
