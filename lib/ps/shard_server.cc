@@ -272,27 +272,29 @@ double ShardServer::MaybeCheckpoint(uint32_t t) {
   if (writer == nullptr || every == 0 || (uint64_t(t) + 1) % every != 0 || !writer->Idle()) {
     return 0;
   }
-  // A copy: the round thread goes on updating both in place.
+  // A copy: the round thread goes on updating both in place. Into the
+  // previous checkpoint's buffers when the writer hands them back.
   const auto start = std::chrono::steady_clock::now();
-  storage::Checkpoint c;
+  storage::Checkpoint c = writer->TakeSpare();
   c.job_id = config_.job_id;
   c.server_index = config_.server_index;
   c.round = uint64_t(t) + 1;
   c.optimizer_steps = optimizer_->steps();
   c.spec = config_.spec_text;
-  c.chunks.reserve(owned_.size());
-  for (uint32_t id : owned_) {
+  c.chunks.resize(owned_.size());
+  for (size_t i = 0; i < owned_.size(); ++i) {
+    const uint32_t id = owned_[i];
     const Chunk ch = layout_.chunk(id);
     const size_t at = local_.at(id);
-    storage::ChunkState s;
+    storage::ChunkState& s = c.chunks[i];
     s.chunk_id = id;
     s.offset = ch.offset;
     s.params.assign(params_.begin() + at, params_.begin() + at + ch.floats);
-    for (size_t k = 0; k < optimizer_->slot_count(); ++k) {
+    s.slots.resize(optimizer_->slot_count());
+    for (size_t k = 0; k < s.slots.size(); ++k) {
       const absl::Span<const float> slot = optimizer_->slot(k).subspan(at, ch.floats);
-      s.slots.emplace_back(slot.begin(), slot.end());
+      s.slots[k].assign(slot.begin(), slot.end());
     }
-    c.chunks.push_back(std::move(s));
   }
   if (!writer->Offer(std::move(c))) return 0;
   return std::max(

@@ -75,8 +75,14 @@ void CheckpointWriter::Run() {
       ++stats_.failed;
       stats_.last_error = std::string(s.message());
     }
+    spare_ = std::move(c);  // its buffers, for the next snapshot to reuse
     busy_ = false;
   }
+}
+
+Checkpoint CheckpointWriter::TakeSpare() {
+  absl::MutexLock lock(&mu_);
+  return std::move(spare_);
 }
 
 }  // namespace storage

@@ -46,6 +46,11 @@ class CheckpointWriter {
   bool Offer(Checkpoint&& c);
   // Blocks until nothing is being written (tests, shutdown).
   void Drain();
+  // The last checkpoint the writer finished with (written or not), to be
+  // overwritten: a snapshot that assigns into its vectors reuses their
+  // memory instead of allocating (and faulting in) a model's worth of
+  // pages every time. Empty when none finished since the last call.
+  Checkpoint TakeSpare();
 
   CheckpointWriterStats stats() const;
 
@@ -57,6 +62,7 @@ class CheckpointWriter {
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   Checkpoint pending_ ABSL_GUARDED_BY(mu_);
+  Checkpoint spare_ ABSL_GUARDED_BY(mu_);
   CheckpointWriterStats stats_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };

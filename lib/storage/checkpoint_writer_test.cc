@@ -58,6 +58,11 @@ TEST_CASE("offers while a write is in progress are refused and counted", "[stora
   w.Drain();
   CHECK(w.stats().written == 2);
   CHECK((*store)->ReadNewest("job-w", 0)->round == 4);
+  // The written checkpoint comes back once, for its buffers to be reused.
+  Checkpoint spare = w.TakeSpare();
+  REQUIRE(spare.chunks.size() == 1);
+  CHECK(spare.chunks[0].params.capacity() >= 1000);
+  CHECK(w.TakeSpare().chunks.empty());
 }
 
 TEST_CASE("a failed write is counted with its reason; the next one succeeds", "[storage]") {
