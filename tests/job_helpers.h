@@ -67,6 +67,22 @@ inline uint64_t Field(const std::string& line, const std::string& key) {
   return std::strtoull(line.c_str() + at + key.size() + 3, nullptr, 10);
 }
 
+// Submits `job` (psctl job submit JOB EXTRA...) and waits for it to end;
+// it must succeed. Its final status.
+inline v1::JobStatus RunToEnd(LocalCluster& c, const std::string& job,
+                              std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"job", "submit", job, "-o", "json"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  ProcessResult sub = c.Psctl(args);
+  INFO(sub.stdout_text << sub.stderr_text);
+  REQUIRE(sub.exit_code == 0);
+  v1::JobStatus j;
+  REQUIRE(c.WaitJobEnded(absl::Seconds(180), &j));
+  INFO(j.message());
+  REQUIRE(j.state() == v1::JOB_STATE_SUCCEEDED);
+  return j;
+}
+
 }  // namespace testing
 }  // namespace hetps
 

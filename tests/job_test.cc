@@ -38,12 +38,7 @@ TEST_CASE("A traced job writes each round's timeline on every node") {
   StartCluster(c, 2, {"--trace_dir=" + dir});
   const std::string job =
       WriteJob(c, "job.yaml", "name: trace-test\nmodel: mlp\niterations: 30\neval_every: 0\n");
-  ProcessResult sub = c.Psctl({"job", "submit", job, "-o", "json"});
-  INFO(sub.stdout_text << sub.stderr_text);
-  REQUIRE(sub.exit_code == 0);
-  v1::JobStatus j;
-  REQUIRE(c.WaitJobEnded(absl::Seconds(120), &j));
-  REQUIRE(j.state() == v1::JOB_STATE_SUCCEEDED);
+  const v1::JobStatus j = RunToEnd(c, job);
   for (const char* node : {"psd-0", "psd-1"}) {
     const std::vector<std::string> lines =
         TraceLines(dir + "/" + j.job_id() + "-" + node + ".jsonl");
@@ -100,14 +95,8 @@ TEST_CASE("A checkpointed job leaves each psd's part in its store") {
   const std::string job = WriteJob(
       c, "job.yaml",
       "name: ckpt-test\nmodel: mlp\niterations: 20\neval_every: 0\ncheckpoint_every_rounds: 5\n");
-  v1::JobStatus j, first;
-  for (v1::JobStatus* out : {&first, &j}) {
-    ProcessResult sub = c.Psctl({"job", "submit", job, "-o", "json"});
-    INFO(sub.stdout_text << sub.stderr_text);
-    REQUIRE(sub.exit_code == 0);
-    REQUIRE(c.WaitJobEnded(absl::Seconds(120), out));
-    REQUIRE(out->state() == v1::JOB_STATE_SUCCEEDED);
-  }
+  const v1::JobStatus first = RunToEnd(c, job);
+  const v1::JobStatus j = RunToEnd(c, job);
   REQUIRE(first.job_id() != j.job_id());
   // psctl asks each psd of the newest job for its checkpoints.
   ProcessResult list = c.Psctl({"checkpoint", "list", "-o", "json"});
@@ -137,12 +126,7 @@ TEST_CASE("A checkpointed job leaves each psd's part in its store") {
                absl::StrCat("name: from-ckpt\nmodel: mlp\niterations: 10\neval_every: 0\n"
                             "learning_rate: 0.000001\ninit_from: checkpoint:",
                             j.job_id(), "@", round, "\n"));
-  v1::JobStatus k = j;
-  ProcessResult sub3 = c.Psctl({"job", "submit", from, "-o", "json"});
-  REQUIRE(sub3.exit_code == 0);
-  REQUIRE(c.WaitJobEnded(absl::Seconds(120), &k));
-  INFO(k.message());
-  REQUIRE(k.state() == v1::JOB_STATE_SUCCEEDED);
+  v1::JobStatus k = RunToEnd(c, from);
   if (round == 20) CHECK(std::abs(k.test_accuracy() - j.test_accuracy()) <= 0.01);
   CHECK(k.test_accuracy() > 0.3);
   const std::string none =
@@ -232,12 +216,7 @@ TEST_CASE("A job's model: exported, evaluated, read by numpy, and trained on (in
   StartCluster(c, 1, {}, {}, {"--model_dir=" + c.dir() + "/models"});
   const std::string trained =
       WriteJob(c, "train.yaml", "name: export-test\nmodel: mlp\niterations: 200\neval_every: 0\n");
-  ProcessResult sub = c.Psctl({"job", "submit", trained, "-o", "json"});
-  INFO(sub.stdout_text << sub.stderr_text);
-  REQUIRE(sub.exit_code == 0);
-  v1::JobStatus j;
-  REQUIRE(c.WaitJobEnded(absl::Seconds(120), &j));
-  REQUIRE(j.state() == v1::JOB_STATE_SUCCEEDED);
+  v1::JobStatus j = RunToEnd(c, trained);
   const double want = j.test_accuracy();
   REQUIRE(want > 0.6);
 
@@ -266,12 +245,7 @@ TEST_CASE("A job's model: exported, evaluated, read by numpy, and trained on (in
                absl::StrCat("name: init-test\nmodel: mlp\niterations: 10\neval_every: 0\n"
                             "learning_rate: 0.000001\ninit_from: ",
                             file, "\n"));
-  sub = c.Psctl({"job", "submit", job, "-o", "json"});
-  INFO(sub.stdout_text << sub.stderr_text);
-  REQUIRE(sub.exit_code == 0);
-  REQUIRE(c.WaitJobEnded(absl::Seconds(120), &j));
-  INFO(j.message());
-  REQUIRE(j.state() == v1::JOB_STATE_SUCCEEDED);
+  j = RunToEnd(c, job);
   CHECK(std::abs(j.test_accuracy() - want) <= 0.01);
 
   const std::string missing = WriteJob(

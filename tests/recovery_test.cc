@@ -52,22 +52,6 @@ uint64_t CorruptNewestCheckpoint(const std::string& dir, const std::string& job,
   return newest;
 }
 
-// Runs `job` on `c` to its end without faults (the reference a
-// recovered run is compared with: the same seed, cluster and summation
-// order); returns its final test accuracy.
-double RunToEnd(LocalCluster& c, const std::string& job, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"job", "submit", job, "-o", "json"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  ProcessResult sub = c.Psctl(args);
-  INFO(sub.stdout_text << sub.stderr_text);
-  REQUIRE(sub.exit_code == 0);
-  v1::JobStatus j;
-  REQUIRE(c.WaitJobEnded(absl::Seconds(180), &j));
-  INFO(j.message());
-  REQUIRE(j.state() == v1::JOB_STATE_SUCCEEDED);
-  return j.test_accuracy();
-}
-
 // The newest iteration a workerd logged (event=progress ... iteration=N/T).
 int64_t LoggedIteration(const std::string& log) {
   const size_t at = log.rfind(" iteration=");
@@ -178,7 +162,7 @@ TEST_CASE("A killed psd restarts; the job resumes from its newest valid checkpoi
       WriteJob(c, "job.yaml",
                absl::StrCat("name: recover-test\nmodel: mlp\niterations: ", kIterations,
                             "\neval_every: 0\n", "checkpoint_every_rounds: ", kEvery, "\n"));
-  const double uninterrupted = RunToEnd(c, job);
+  const double uninterrupted = RunToEnd(c, job).test_accuracy();
   ProcessResult sub = c.Psctl({"job", "submit", job, "-o", "json"});
   INFO(sub.stdout_text << sub.stderr_text);
   REQUIRE(sub.exit_code == 0);
@@ -277,7 +261,7 @@ TEST_CASE("A psd that stays down: a spare psd adopts its part from the shared ch
                absl::StrCat("name: adopt-test\nmodel: mlp\niterations: ", kIterations,
                             "\neval_every: 0\ncheckpoint_every_rounds: ", kEvery,
                             "\nrecover_timeout_s: 3\n"));
-  const double uninterrupted = RunToEnd(c, job, {"--servers", "2"});
+  const double uninterrupted = RunToEnd(c, job, {"--servers", "2"}).test_accuracy();
   ProcessResult sub = c.Psctl({"job", "submit", job, "--servers", "2", "-o", "json"});
   INFO(sub.stdout_text << sub.stderr_text);
   REQUIRE(sub.exit_code == 0);

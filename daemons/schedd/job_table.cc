@@ -118,8 +118,7 @@ absl::StatusOr<v1::JobStatus> JobTable::Submit(const v1::SubmitJobRequest& req,
     }
     jobs_.pop_front();
   }
-  SaveCounters();
-  Save(jobs_.back(), true);
+  Save(jobs_.back(), true);  // NewKey saved the counters
   return Status(jobs_.back());
 }
 
@@ -282,7 +281,6 @@ void JobTable::Tick(const std::vector<NodeRecord>& alive) {
   const std::string limit =
       absl::StrCat(absl::ToInt64Seconds(j.recover_timeout), " s (recover_timeout_s)");
   if (!taken.empty() && missing.empty()) {
-    j.recover_deadline = now + j.recover_timeout;  // for the adopters to get ready
     SaveIfChanged(seq, roster);
     return;
   }
@@ -313,11 +311,8 @@ void JobTable::Adopt(Job& j, Member* m, const NodeRecord& spare, const std::stri
                                    {"index", m->m.rank()},
                                    {"checkpoint_dir", dir}});
   // A new epoch, as for a psd back at a new address (Readopt).
-  if (absl::Status s = BeginRecovery(j, absl::StrCat("server ", lost, " did not come back; ",
-                                                     spare.node_id, " adopts its part from ", dir));
-      !s.ok()) {
-    Finish(j, v1::JOB_STATE_FAILED, absl::StrCat("recovery: ", s.message()));
-  }
+  BeginRecovery(j, absl::StrCat("server ", lost, " did not come back; ", spare.node_id,
+                                " adopts its part from ", dir));
 }
 
 void JobTable::Reconcile(const std::vector<NodeRecord>& all) {
@@ -366,17 +361,18 @@ void JobTable::LoseMember(Job& j, Member* m, const char* why) {
     const std::string why =
         absl::StrCat(lost, "; waiting up to ", absl::ToInt64Seconds(j.recover_timeout),
                      " s for it, then every member resumes from the newest checkpoint");
-    if (absl::Status s = BeginRecovery(j, why); !s.ok()) {
-      Finish(j, v1::JOB_STATE_FAILED, absl::StrCat(lost, "; recovery: ", s.message()));
-    }
+    BeginRecovery(j, why);
     return;
   }
   Advance(j);
 }
 
-absl::Status JobTable::BeginRecovery(Job& j, const std::string& why) {
+void JobTable::BeginRecovery(Job& j, const std::string& why) {
   v1::JobAssignment& a = j.assignment;
-  RETURN_IF_ERROR(NewKey(&a));
+  if (absl::Status s = NewKey(&a); !s.ok()) {
+    Finish(j, v1::JOB_STATE_FAILED, absl::StrCat(why, "; recovery: ", s.message()));
+    return;
+  }
   a.set_recovery_epoch(a.recovery_epoch() + 1);
   a.set_state(v1::JOB_STATE_RECOVERING);
   a.set_start(false);
@@ -387,7 +383,6 @@ absl::Status JobTable::BeginRecovery(Job& j, const std::string& why) {
   log_.Warn("job recovering", {{"job_id", a.job_id()},
                                {"why", why},
                                {"recovery_epoch", static_cast<unsigned>(a.recovery_epoch())}});
-  return absl::OkStatus();
 }
 
 void JobTable::Readopt(Job& j, Member* m, const NodeRecord& n) {
@@ -412,12 +407,8 @@ void JobTable::Readopt(Job& j, Member* m, const NodeRecord& n) {
   // A new epoch: every member rebuilds its part knowing the address the
   // psd has now, before any round starts (a worker built with the old one
   // would refuse its parameters).
-  if (absl::Status s = BeginRecovery(j, absl::StrCat("server ", n.node_id,
-                                                     " is back; every member resumes from the "
-                                                     "newest checkpoint"));
-      !s.ok()) {
-    Finish(j, v1::JOB_STATE_FAILED, absl::StrCat("recovery: ", s.message()));
-  }
+  BeginRecovery(j, absl::StrCat("server ", n.node_id,
+                                " is back; every member resumes from the newest checkpoint"));
 }
 
 void JobTable::SyncAssignment(Job& j) {
@@ -650,10 +641,8 @@ absl::Status JobTable::UseStore(ScheddStore* store, absl::Duration readopt_grace
   if (was != v1::JOB_STATE_RUNNING) {
     // Starting or recovering: members may hold the old key or none (it is
     // not stored); every member restarts its part under a new one.
-    const absl::Duration timeout = j.recover_timeout;
-    j.recover_timeout = std::max(j.recover_timeout, readopt_grace);
-    RETURN_IF_ERROR(BeginRecovery(j, "schedd restarted"));
-    j.recover_timeout = timeout;
+    BeginRecovery(j, "schedd restarted");
+    j.recover_deadline = std::max(j.recover_deadline, j.awaited_until);
   }
   log_.Warn("schedd state loaded: awaiting the active job's members",
             {{"dir", store->dir()},

@@ -115,8 +115,8 @@ class JobTable {
     v1::JobAssignment assignment;
     std::string name, model, message;
     absl::Time submitted, started, finished;
-    std::vector<Member> members;   // servers by index, then workers by rank
-    int64_t checkpoint_every = 0;  // from the spec
+    std::vector<Member> members;        // servers by index, then workers by rank
+    int64_t checkpoint_every = 0;       // from the spec
     bool init_from_checkpoint = false;  // init_from: checkpoint:...
     absl::Duration recover_timeout;
     absl::Time recover_deadline;  // while RECOVERING
@@ -136,8 +136,9 @@ class JobTable {
   void LoseMember(Job& j, Member* m, const char* why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every member ready in the recovery epoch: picks the round and starts.
   void Resume(Job& j) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A new recovery epoch: new key, every member restarts its part.
-  absl::Status BeginRecovery(Job& j, const std::string& lost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new recovery epoch: new key, every member restarts its part; `why`
+  // becomes the job's message. Fails the job if no key can be made.
+  void BeginRecovery(Job& j, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `spare` takes over lost server `m`'s part, reading `dir`.
   void Adopt(Job& j, Member* m, const NodeRecord& spare, const std::string& dir)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
