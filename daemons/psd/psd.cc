@@ -119,6 +119,33 @@ class Psd::Jobs final : public JobRunner {
                   .Help("Push flows refused: wrong iteration or not a live worker of the round.")
                   .Register(r)
                   .Add({});
+    plan_version_ = gauge("psd_plan_version", "Version of the plan this server follows.");
+    plan_switches_ = &prometheus::BuildCounter()
+                          .Name("psd_plan_switches_total")
+                          .Help("Plans switched to (each moves chunks at one round).")
+                          .Register(r)
+                          .Add({});
+    auto& moved = prometheus::BuildCounter()
+                      .Name("psd_plan_chunks_moved_total")
+                      .Help("Chunks moved with their optimizer state, by direction.")
+                      .Register(r);
+    chunks_sent_ = &moved.Add({{"direction", "sent"}});
+    chunks_received_ = &moved.Add({{"direction", "received"}});
+    auto& plan_flows = prometheus::BuildCounter()
+                           .Name("psd_plan_flows_total")
+                           .Help(
+                               "Flows by how their plan version was taken: stale (older plan, "
+                               "refused), ahead (a push of a newer plan, refused), held (kept "
+                               "until this server knew or switched to the plan).")
+                           .Register(r);
+    plan_stale_ = &plan_flows.Add({{"result", "stale"}});
+    plan_ahead_ = &plan_flows.Add({{"result", "ahead"}});
+    plan_held_ = &plan_flows.Add({{"result", "held"}});
+    rounds_reopened_ = &prometheus::BuildCounter()
+                            .Name("psd_rounds_reopened_total")
+                            .Help("Rounds opened again: their plan was announced here late.")
+                            .Register(r)
+                            .Add({});
   }
   ~Jobs() override { Shutdown(); }
 
@@ -219,6 +246,8 @@ class Psd::Jobs final : public JobRunner {
                      ps::ShardServer::Create(c, init, data));
     ASSIGN_OR_RETURN(std::vector<transport::Peer> workers, LiveWorkers(latest));
     server->SetWorkers(workers);
+    ASSIGN_OR_RETURN(std::vector<transport::Peer> servers, DataPeersOf(latest.servers(), false));
+    server->SetServers(servers);
     {
       absl::MutexLock lock(&mu_);
       server_ = server.get();
@@ -279,6 +308,14 @@ class Psd::Jobs final : public JobRunner {
     AdvanceCounter(rounds_deadline_, s.rounds_by_deadline, &last_.rounds_by_deadline);
     AdvanceCounter(rounds_membership_, s.rounds_by_membership, &last_.rounds_by_membership);
     AdvanceCounter(stale_, s.stale_pushes, &last_.stale_pushes);
+    AdvanceCounter(plan_switches_, s.plan_switches, &last_.plan_switches);
+    AdvanceCounter(chunks_sent_, s.chunks_sent, &last_.chunks_sent);
+    AdvanceCounter(chunks_received_, s.chunks_received, &last_.chunks_received);
+    AdvanceCounter(plan_stale_, s.stale_plan, &last_.stale_plan);
+    AdvanceCounter(plan_ahead_, s.plan_ahead, &last_.plan_ahead);
+    AdvanceCounter(plan_held_, s.held_flows, &last_.held_flows);
+    AdvanceCounter(rounds_reopened_, s.rounds_reopened, &last_.rounds_reopened);
+    plan_version_->Set(s.plan_version);
     AdvanceCounter(partial_pushes_, s.partial_pushes, &last_.partial_pushes);
     AdvanceCounter(bubble_bytes_, s.bubble_bytes, &last_.bubble_bytes);
     for (const auto& [peer, fraction] : s.last_delivered) {
@@ -534,14 +571,7 @@ class Psd::Jobs final : public JobRunner {
   }
 
   static absl::StatusOr<std::vector<transport::Peer>> LiveWorkers(const v1::JobAssignment& a) {
-    std::vector<transport::Peer> out;
-    for (const v1::JobMember& m : a.workers()) {
-      if (!m.alive()) continue;
-      ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(m.data_address()));
-      ASSIGN_OR_RETURN(transport::Peer p, transport::ResolvePeer(hp));
-      out.push_back(p);
-    }
-    return out;
+    return DataPeersOf(a.workers(), /*live_only=*/true);
   }
 
   Psd* const psd_;
@@ -552,6 +582,9 @@ class Psd::Jobs final : public JobRunner {
   ps::ShardServerStats last_;  // agent thread only
   prometheus::Counter *rounds_complete_, *rounds_deadline_, *rounds_membership_, *stale_,
       *partial_pushes_, *bubble_bytes_;
+  prometheus::Counter *plan_switches_, *chunks_sent_, *chunks_received_, *plan_stale_, *plan_ahead_,
+      *plan_held_, *rounds_reopened_;
+  prometheus::Gauge* plan_version_;
   prometheus::Family<prometheus::Gauge>* delivered_;
   prometheus::Gauge *iteration_, *contributors_, *round_seconds_, *aggregate_seconds_;
   // Checkpoints: the store and writer live as long as the daemon (opened

@@ -196,13 +196,7 @@ class Workerd::Jobs final : public JobRunner {
 
  private:
   static absl::StatusOr<std::vector<transport::Peer>> ServersOf(const v1::JobAssignment& a) {
-    std::vector<transport::Peer> out;
-    for (const v1::JobMember& m : a.servers()) {
-      ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(m.data_address()));
-      ASSIGN_OR_RETURN(transport::Peer p, transport::ResolvePeer(hp));
-      out.push_back(p);
-    }
-    return out;
+    return DataPeersOf(a.servers(), /*live_only=*/false);
   }
 
   // Rank 0 holds the final parameters: saved for psctl job export. A

@@ -186,6 +186,18 @@ absl::flat_hash_map<std::string, std::string> PeerNamesOf(const v1::JobAssignmen
   return names;
 }
 
+absl::StatusOr<std::vector<transport::Peer>> DataPeersOf(
+    const google::protobuf::RepeatedPtrField<v1::JobMember>& members, bool live_only) {
+  std::vector<transport::Peer> out;
+  for (const v1::JobMember& m : members) {
+    if (live_only && !m.alive()) continue;
+    ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(m.data_address()));
+    ASSIGN_OR_RETURN(transport::Peer p, transport::ResolvePeer(hp));
+    out.push_back(p);
+  }
+  return out;
+}
+
 transport::EndpointStats CombinedStats(const transport::Endpoint& udp,
                                        const transport::TcpEndpoint* tcp) {
   transport::EndpointStats s = udp.GetStats();

@@ -81,6 +81,11 @@ absl::StatusOr<transport::Transport*> SelectJobTransport(const JobSpec& spec,
 // A job's members by data address: the peer labels of TransportMetrics.
 absl::flat_hash_map<std::string, std::string> PeerNamesOf(const v1::JobAssignment& a);
 
+// The data-plane peers of `members` in their order (servers: by index);
+// with `live_only`, those the assignment marks alive.
+absl::StatusOr<std::vector<transport::Peer>> DataPeersOf(
+    const google::protobuf::RepeatedPtrField<v1::JobMember>& members, bool live_only);
+
 // Both transports' counters summed: one set of <prefix>_data_* metrics.
 transport::EndpointStats CombinedStats(const transport::Endpoint& udp,
                                        const transport::TcpEndpoint* tcp);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <thread>
 
+#include "lib/base/splitmix.h"
 #include "lib/base/test_dir.h"
 #include "lib/job/bsp_worker.h"
 #include "lib/job/local_training.h"
@@ -85,6 +86,7 @@ struct Cluster {
       servers.push_back(std::move(*sv));
     }
     for (auto& w : workers) w->SetServers(server_peers);
+    for (auto& s : servers) s->SetServers(server_peers);
     // Route each simulated endpoint's callbacks to its node.
     for (size_t i = 0; i < muxes.size(); ++i) {
       muxes[i]->Set(i < workers.size() ? static_cast<transport::Receiver*>(workers[i].get())
@@ -364,6 +366,111 @@ TEST_CASE("mlp with LTP and 1% loss on every link is within 0.5 pp of lossless t
   const double lossy = TrainMlp("ltp", 0.01);
   CHECK(lossless >= 0.85);
   CHECK(std::abs(lossy - lossless) <= 0.005);
+}
+
+// Polls `done` (progress of other threads, not a correctness condition)
+// for up to a minute.
+bool Eventually(const std::function<bool()>& done) {
+  const absl::Time give_up = absl::Now() + absl::Minutes(1);
+  while (!done()) {
+    if (absl::Now() > give_up) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+// The plan protocol (docs/plan.md) under a running job: server 0 gets a
+// new chunk map every few rounds, each pair delivered out of order (the
+// older one after the newer), starting one round after it is announced;
+// every link drops 2% of datagrams and jitters enough to reorder them.
+// The first announcement is held back from server 2 until it has opened
+// the round the plan starts at, so it must open that round again. No
+// round is lost or applied twice, and the run ends bit for bit where the
+// same job with the static even split does: chunks move with their
+// momentum, and the servers sum in the same order.
+TEST_CASE("plans that change every few rounds, announced late and out of order, change nothing",
+          "[bsp][plan]") {
+  const JobSpec job = SmallJob(60);
+  transport::LinkImpairment lossy;
+  lossy.loss = 0.02;
+  lossy.delay_us = 200;
+  lossy.jitter_us = 400;
+  std::vector<float> fixed;
+  {
+    Cluster c(job, 3, 2, absl::Seconds(30), 0.02);
+    c.Start();
+    std::thread second([&] { CHECK(c.workers[1]->Run(0, nullptr).ok()); });
+    REQUIRE(c.workers[0]->Run(0, nullptr).ok());
+    second.join();
+    fixed = c.workers[0]->params();
+  }
+  Cluster c(job, 3, 2, absl::Seconds(30), 0.02,
+            [](int, ps::ShardServerConfig* sc) { sc->plan_lead = 1; });
+  for (auto& from : c.endpoints) {
+    for (auto& to : c.endpoints) {
+      if (from != to) c.net->SetLink(from->local(), to->local(), lossy);
+    }
+  }
+  ps::ShardServer& lead = *c.servers[0];
+  ps::ShardServer& third = *c.servers[2];
+  transport::LinkImpairment cut = lossy;
+  cut.loss = 1;
+  c.net->SetLink(lead.local(), third.local(), cut);
+  c.Start();
+  std::thread second([&] { CHECK(c.workers[1]->Run(0, nullptr).ok()); });
+  std::thread first([&] { CHECK(c.workers[0]->Run(0, nullptr).ok()); });
+
+  const auto layout = *ps::ChunkLayout::Create(fixed.size(), uint32_t(job.chunk_size));
+  SplitMix64 rng{42};
+  auto random_map = [&](uint64_t version) {
+    std::vector<uint32_t> owners(layout.num_chunks());
+    for (uint32_t& o : owners) o = uint32_t(rng.Next() % 3);
+    owners[0] = 2;  // something always leaves or joins server 2
+    return *ps::ChunkMap::FromOwners(layout, 3, owners, version);
+  };
+  uint32_t issued = 0;
+  for (uint32_t step = 0; step < 6; ++step) {
+    const uint32_t at = 4 + 8 * step;
+    REQUIRE(Eventually([&] { return lead.GetStats().iteration >= at; }));
+    const uint64_t newer = 3 + 2 * step;
+    REQUIRE(lead.ProposePlan(random_map(newer), at + 2).ok());
+    REQUIRE(lead.ProposePlan(random_map(newer - 1), at + 2).ok());  // late: superseded
+    issued = uint32_t(newer);
+    if (step > 0) continue;
+    // Server 2 cannot hear of the plan: it opens the plan's first round
+    // under the old one. Then the announcement gets through.
+    REQUIRE(Eventually([&] { return lead.GetStats().plan_next == newer; }));
+    const uint32_t from = lead.GetStats().plan_next_from;
+    REQUIRE(Eventually([&] {
+      const ps::ShardServerStats s = third.GetStats();
+      return s.iteration == from && s.round_open;
+    }));
+    CHECK(third.GetStats().plan_version == 1);
+    c.net->SetLink(lead.local(), third.local(), lossy);
+  }
+  first.join();
+  second.join();
+
+  CHECK(c.workers[0]->params() == fixed);  // bit for bit
+  CHECK(c.workers[1]->params() == fixed);
+  for (auto& s : c.servers) {
+    REQUIRE(s->WaitFinished(absl::Seconds(30)));
+    const ps::ShardServerStats st = s->GetStats();
+    INFO("server with " << st.chunks_received << " chunks received, " << st.chunks_sent << " sent, "
+                        << st.held_flows << " flows held, " << st.stale_plan << " stale");
+    CHECK(st.plan_version == issued);  // every plan issued was followed
+    CHECK(st.plan_switches == 6);
+    CHECK(st.rounds_complete == 60);  // none lost, none twice, none at the deadline
+    CHECK(st.stale_pushes == 0);
+  }
+  CHECK(lead.GetStats().plans_superseded == 6);
+  CHECK(third.GetStats().rounds_reopened >= 1);
+  for (auto& w : c.workers) {
+    const WorkerPlanStats ws = w->plan_stats();
+    INFO("worker: " << ws.held_flows << " flows held, " << ws.stale_plan << " stale");
+    CHECK(ws.version == issued);
+    CHECK(ws.bad_packets == 0);
+  }
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <numeric>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "lib/base/clock.h"
@@ -38,6 +40,9 @@ absl::StatusOr<std::unique_ptr<BspWorker>> BspWorker::Create(const BspWorkerConf
                    ps::ChunkLayout::Create(w->model_->num_params(),
                                            static_cast<uint32_t>(config.job.chunk_size)));
   w->layout_ = std::make_unique<ps::ChunkLayout>(layout);
+  std::vector<uint32_t> every(layout.num_chunks());
+  std::iota(every.begin(), every.end(), 0u);
+  w->pull_packets_max_ = ps::PacketsForChunks(layout, every, config.endpoint.payload_floats());
   w->total_ = config.job.TotalIterations(w->train_.size(), config.workers);
   w->params_ = w->model_->InitialParameters(config.job.seed);
   w->grad_.resize(w->params_.size());
@@ -80,17 +85,21 @@ void BspWorker::SetServers(const std::vector<Peer>& servers) {
   servers_ = servers;
   complete_.assign(servers.size(), start_ - 1);
   receiving_.assign(servers.size(), start_ - 1);
-  pull_packets_.assign(servers.size(), 0);
+  complete_plan_.assign(servers.size(), 1);
   pulled_.assign(servers.size(), transport::FlowResult());
-  if (!servers.empty()) {
-    auto map = ps::ChunkMap::EvenSplit(*layout_, static_cast<uint32_t>(servers.size()), 1);
-    map_ = std::make_unique<ps::ChunkMap>(*map);
-    for (uint32_t s = 0; s < servers.size(); ++s) {
-      pull_packets_[s] =
-          ps::PacketsForChunks(*layout_, map_->ChunksOf(s), config_.endpoint.payload_floats());
-    }
+  if (!servers.empty() && (book_ == nullptr || book_->num_servers() != servers.size())) {
+    auto book = ps::PlanBook::Create(*layout_, static_cast<uint32_t>(servers.size()),
+                                     config_.endpoint.payload_floats());
+    book_ = book.ok() ? std::make_unique<ps::PlanBook>(std::move(*book)) : nullptr;
   }
   arrived_.SignalAll();
+}
+
+WorkerPlanStats BspWorker::plan_stats() const {
+  absl::MutexLock lock(&mu_);
+  WorkerPlanStats s = plan_stats_;
+  s.bad_packets = int64_t(bad_packets_);
+  return s;
 }
 
 void BspWorker::ResumeAt(int64_t iteration) {
@@ -112,16 +121,41 @@ int BspWorker::ServerIndex(const Peer& p) const {
 transport::DropReason BspWorker::AcceptFlow(const Peer& from, const Header& first) {
   absl::MutexLock lock(&mu_);
   const int s = ServerIndex(from);
-  // Parameters come for iterations up to total_ (the final ones); a server
-  // sends exactly its chunks, cut at the job's packet size.
-  if (s < 0 || int64_t(first.iteration) <= complete_[s] || int64_t(first.iteration) > total_) {
+  if (s < 0 || book_ == nullptr) return transport::DropReason::kUnexpected;
+  const uint32_t pf = config_.endpoint.payload_floats();
+  if (first.payload_bytes > pf * sizeof(float)) return transport::DropReason::kBadFlowSize;
+  if (first.chunk_id == ps::kPlanChunk) {
+    // An announcement: from server 0, of a plan newer than all known here.
+    if (s != 0) return transport::DropReason::kUnexpected;
+    if (first.total_packets != (ps::PlanWords(layout_->num_chunks()) + pf - 1) / pf) {
+      return transport::DropReason::kBadFlowSize;
+    }
+    if (first.plan <= book_->newest().map.version()) return transport::DropReason::kUnexpected;
+    announce_flow_ = first.flow_id;
+    announce_open_ = true;
+    announce_words_.assign(ps::PlanWords(layout_->num_chunks()), 0);
+    return transport::DropReason::kNone;
+  }
+  // Parameters come for iterations up to total_ (the final ones), newer
+  // than the server's last complete flow: a later round, or the same one
+  // sent again under a newer plan.
+  const int64_t it = first.iteration;
+  if (it > total_ || it < complete_[s] || (it == complete_[s] && first.plan <= complete_plan_[s])) {
     return transport::DropReason::kUnexpected;
   }
-  if (first.total_packets != pull_packets_[s] ||
-      first.payload_bytes > config_.endpoint.payload_floats() * sizeof(float)) {
+  const ps::Plan* plan = book_->Get(first.plan);
+  if (first.plan < book_->For(uint32_t(it)).map.version() || (plan != nullptr && plan->from > it)) {
+    ++plan_stats_.stale_plan;
+    return transport::DropReason::kUnexpected;
+  }
+  // A server sends exactly its chunks under the plan, cut at the job's
+  // packet size; under a plan not announced here yet, at most every chunk.
+  if (plan != nullptr ? first.total_packets != plan->packets[s]
+                      : first.total_packets > pull_packets_max_) {
     return transport::DropReason::kBadFlowSize;
   }
-  receiving_[s] = first.iteration;
+  if (plan == nullptr) ++plan_stats_.held_flows;
+  receiving_[s] = std::max(receiving_[s], it);
   return transport::DropReason::kNone;
 }
 
@@ -129,8 +163,22 @@ void BspWorker::OnData(const Peer& from, const Header& h, const uint8_t* payload
   absl::MutexLock lock(&mu_);
   const int s = ServerIndex(from);
   const uint32_t floats = h.payload_bytes / sizeof(float);
-  if (s < 0 || map_ == nullptr || h.chunk_id >= layout_->num_chunks() ||
-      map_->owner(h.chunk_id) != uint32_t(s) ||
+  if (s >= 0 && h.chunk_id == ps::kPlanChunk) {
+    if (!announce_open_ || s != 0 || h.flow_id != announce_flow_ ||
+        uint64_t(h.chunk_offset) + floats > announce_words_.size()) {
+      ++bad_packets_;
+      return;
+    }
+    std::memcpy(announce_words_.data() + h.chunk_offset, payload, h.payload_bytes);
+    return;
+  }
+  if (s >= 0 && h.chunk_id == ps::kEmptyChunk) return;  // a server that owns no chunks
+  // The values of a round are the same whichever server sends them, so a
+  // chunk is written as it comes; which plan it came under only decides
+  // when the round is whole (Run).
+  const ps::Plan* plan = book_ != nullptr ? book_->Get(h.plan) : nullptr;
+  if (s < 0 || book_ == nullptr || h.chunk_id >= layout_->num_chunks() ||
+      (plan != nullptr && plan->map.owner(h.chunk_id) != uint32_t(s)) ||
       uint64_t(h.chunk_offset) + floats > layout_->chunk(h.chunk_id).floats) {
     ++bad_packets_;
     return;
@@ -143,8 +191,25 @@ void BspWorker::OnFlowDone(const Peer& from, const transport::FlowResult& result
   const uint32_t iteration = result.iteration;
   absl::MutexLock lock(&mu_);
   const int s = ServerIndex(from);
-  if (s < 0) return;
-  complete_[s] = std::max<int64_t>(complete_[s], iteration);
+  if (s < 0 || book_ == nullptr) return;
+  if (announce_open_ && s == 0 && result.flow_id == announce_flow_) {
+    announce_open_ = false;
+    absl::StatusOr<ps::Plan> plan =
+        ps::DecodePlan(announce_words_, *layout_, static_cast<uint32_t>(servers_.size()));
+    if (!result.complete() || !plan.ok() || plan->map.version() != result.plan ||
+        !book_->Add(plan->from, std::move(plan->map)).ok()) {
+      ++bad_packets_;  // a malformed announcement: refused whole
+      return;
+    }
+    arrived_.SignalAll();
+    return;
+  }
+  if (!result.complete()) return;
+  if (int64_t(iteration) > complete_[s] ||
+      (int64_t(iteration) == complete_[s] && result.plan > complete_plan_[s])) {
+    complete_[s] = iteration;
+    complete_plan_[s] = result.plan;
+  }
   pulled_[s] = result;
   arrived_.SignalAll();
 }
@@ -174,6 +239,7 @@ absl::Status BspWorker::Run(int64_t report_every,
   const RealClock* mono = RealClock::Get();  // the endpoint's clock: traces line up
   JsonWriter line;
   std::vector<transport::FlowResult> pulled;
+  std::optional<ps::ChunkMap> map;  // the plan of the iteration pulled
   for (;;) {
     // Pull: parameters t from every server (or newer, if we fell behind).
     const auto wait_start = Clock::now();
@@ -183,10 +249,19 @@ absl::Status BspWorker::Run(int64_t report_every,
       absl::MutexLock lock(&mu_);
       const absl::Time deadline = absl::Now() + config_.pull_timeout;
       auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        if (stop_ || servers_.empty()) return bool(stop_);
+        if (stop_ || servers_.empty() || book_ == nullptr) return bool(stop_);
         for (size_t s = 0; s < complete_.size(); ++s) {
           // A server still sending an older round is not ready.
           if (complete_[s] < t || receiving_[s] > complete_[s]) return false;
+          if (book_->Get(complete_plan_[s]) == nullptr) return false;  // not announced yet
+        }
+        // The round is whole when every server sent it under the plan
+        // server 0 sent it under (or, behind it, the plan known to hold).
+        const int64_t oldest = *std::min_element(complete_.begin(), complete_.end());
+        const uint32_t plan =
+            complete_[0] == oldest ? complete_plan_[0] : book_->For(uint32_t(oldest)).map.version();
+        for (size_t s = 0; s < complete_.size(); ++s) {
+          if (complete_[s] == oldest && complete_plan_[s] != plan) return false;
         }
         return true;
       };
@@ -207,9 +282,13 @@ absl::Status BspWorker::Run(int64_t report_every,
       // `have` (this worker fell behind): its newer chunks are in the
       // buffer just taken, so they are carried over.
       std::swap(params_, incoming_);
+      const uint32_t plan =
+          complete_[0] == have ? complete_plan_[0] : book_->For(uint32_t(have)).map.version();
+      map = book_->Get(plan)->map;
+      plan_stats_.version = plan;
       for (size_t s = 0; s < complete_.size(); ++s) {
         if (complete_[s] <= have) continue;
-        for (uint32_t c : map_->ChunksOf(uint32_t(s))) {
+        for (uint32_t c : book_->Get(complete_plan_[s])->map.ChunksOf(uint32_t(s))) {
           const ps::Chunk ch = layout_->chunk(c);
           std::copy_n(params_.begin() + ch.offset, ch.floats, incoming_.begin() + ch.offset);
         }
@@ -244,19 +323,28 @@ absl::Status BspWorker::Run(int64_t report_every,
       pushed.resize(servers_.size(), false);
       handles.resize(servers_.size());
       const uint32_t pf = config_.endpoint.payload_floats();
+      static const float kZero = 0;
       for (uint32_t s = 0; s < servers_.size() && !stop_; ++s) {
-        const std::vector<uint32_t>& chunks = map_->ChunksOf(s);
-        if (pushed[s] || chunks.empty()) continue;
-        const ps::Chunk first = layout_->chunk(*std::min_element(chunks.begin(), chunks.end()));
-        if (first.offset < final_from) continue;
-        pushed[s] = true;
+        if (pushed[s]) continue;
+        const std::vector<uint32_t> chunks = map->ChunksOf(s);
         std::vector<transport::PacketSpan> packets;
+        if (chunks.empty()) {
+          // A server with no chunks under this plan still gets a push, so
+          // that its round closes with the others'.
+          if (final_from > 0) continue;
+          packets.push_back({ps::kEmptyChunk, 0, &kZero, 1, true});
+        } else {
+          const ps::Chunk first = layout_->chunk(chunks.front());
+          if (first.offset < final_from) continue;
+        }
+        pushed[s] = true;
         for (uint32_t c : chunks) {
           const ps::Chunk ch = layout_->chunk(c);
           transport::AppendPackets(c, grad_.data() + ch.offset, ch.floats, pf, true, &packets);
         }
         transport::SendOptions options;
-        options.loss_tolerant = config_.job.loss_tolerant();
+        options.plan = static_cast<uint32_t>(map->version());
+        options.loss_tolerant = config_.job.loss_tolerant() && !chunks.empty();
         handles[s] =
             endpoint_->Send(servers_[s], static_cast<uint32_t>(t), std::move(packets), options);
         in_flight_.push_back(handles[s]);

@@ -8,6 +8,13 @@
 // worker falls behind (a round closed at its deadline without it), it jumps
 // to the newest parameters the servers sent; its stale pushes are refused.
 //
+// Plans (lib/ps/plan.h): which server owns which chunk is the plan server
+// 0 sent the round's parameters under; server 0 announces each plan to
+// this worker before it starts. A round is pulled once every server sent
+// it under that plan: a flow of an older plan is refused and counted, one
+// of a plan not yet announced here is held (bounded by the model's size)
+// until the announcement comes. Pushes go by that plan and carry it.
+//
 // Threads: Run() on the caller's thread; the transport's thread delivers
 // parameters under mu_. Stop() may be called from any thread.
 #ifndef HETPS_LIB_JOB_BSP_WORKER_H_
@@ -25,6 +32,7 @@
 #include "lib/data/sampler.h"
 #include "lib/job/job_spec.h"
 #include "lib/ps/chunk_map.h"
+#include "lib/ps/plan.h"
 #include "lib/train/model.h"
 #include "lib/transport/tcp_endpoint.h"
 
@@ -61,6 +69,13 @@ struct WorkerProgress {
   int64_t skipped = 0;  // iterations jumped over after falling behind
 };
 
+struct WorkerPlanStats {
+  uint32_t version = 1;     // the plan of the latest iteration pulled
+  int64_t stale_plan = 0;   // parameter flows refused: an older plan than the round's
+  int64_t held_flows = 0;   // accepted before their plan was announced here
+  int64_t bad_packets = 0;  // chunks a server does not own under the flow's plan
+};
+
 class BspWorker : public transport::Receiver {
  public:
   // Loads the datasets, builds the model on `backend` (not owned; must
@@ -90,6 +105,7 @@ class BspWorker : public transport::Receiver {
   // The parameters after Run: the final ones the servers sent.
   const std::vector<float>& params() const { return params_; }
   const train::EvalResult& final_eval() const { return final_eval_; }
+  WorkerPlanStats plan_stats() const;
   int64_t total_iterations() const { return total_; }
 
   // transport::Receiver (endpoint thread)
@@ -109,7 +125,6 @@ class BspWorker : public transport::Receiver {
   std::unique_ptr<train::Model> model_;
   std::unique_ptr<ShardSampler> sampler_;
   std::unique_ptr<ps::ChunkLayout> layout_;
-  std::unique_ptr<ps::ChunkMap> map_;
   std::unique_ptr<transport::Transport> own_endpoint_;
   transport::Transport* endpoint_ = nullptr;  // own_endpoint_ or the shared one
   std::vector<float> params_, grad_;
@@ -126,8 +141,16 @@ class BspWorker : public transport::Receiver {
   // the iteration being received.
   std::vector<int64_t> complete_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> receiving_ ABSL_GUARDED_BY(mu_);
-  // Per server: total_packets of its parameter flows (its chunks).
-  std::vector<uint64_t> pull_packets_ ABSL_GUARDED_BY(mu_);
+  // Per server: the plan its newest complete flow was sent under.
+  std::vector<uint32_t> complete_plan_ ABSL_GUARDED_BY(mu_);
+  // The plans this worker knows (null until it knows its servers), and an
+  // announcement being received from server 0.
+  std::unique_ptr<ps::PlanBook> book_ ABSL_GUARDED_BY(mu_);
+  uint32_t announce_flow_ ABSL_GUARDED_BY(mu_) = 0;
+  bool announce_open_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<uint32_t> announce_words_ ABSL_GUARDED_BY(mu_);
+  uint64_t pull_packets_max_ = 0;  // a flow of every chunk
+  WorkerPlanStats plan_stats_ ABSL_GUARDED_BY(mu_);
   // Per server: its latest parameter flow's FlowResult (traces).
   std::vector<transport::FlowResult> pulled_ ABSL_GUARDED_BY(mu_);
   uint64_t bad_packets_ ABSL_GUARDED_BY(mu_) = 0;

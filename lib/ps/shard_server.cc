@@ -46,17 +46,31 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
   if (layout.chunk_floats() > config.endpoint.payload_floats() * 65536ull) {
     return absl::InvalidArgumentError("shard server: chunk_size too large for the packet size");
   }
-  ASSIGN_OR_RETURN(ChunkMap map, ChunkMap::EvenSplit(layout, config.num_servers, 1));
+  const uint32_t pf = config.endpoint.payload_floats();
+  ASSIGN_OR_RETURN(PlanBook book, PlanBook::Create(layout, config.num_servers, pf));
+  ChunkMap map = book.For(0).map;
   auto s = std::unique_ptr<ShardServer>(new ShardServer(config, layout, std::move(map)));
+  s->optimizer_config_ = optimizer;
   s->owned_ = s->map_.ChunksOf(config.server_index);
-  for (uint32_t c : s->owned_) {
-    s->local_[c] = s->floats_;
-    const Chunk ch = layout.chunk(c);
-    s->params_.insert(s->params_.end(), initial_params.begin() + ch.offset,
-                      initial_params.begin() + ch.offset + ch.floats);
-    s->floats_ += ch.floats;
+  {
+    absl::MutexLock lock(&s->mu_);
+    s->push_packets_ = book.For(0).packets[config.server_index];
+    s->book_ = std::make_unique<PlanBook>(std::move(book));
+    for (uint32_t c : s->owned_) {
+      s->local_[c] = s->floats_;
+      const Chunk ch = layout.chunk(c);
+      s->params_.insert(s->params_.end(), initial_params.begin() + ch.offset,
+                        initial_params.begin() + ch.offset + ch.floats);
+      s->floats_ += ch.floats;
+    }
+    s->incoming_.resize(config.num_servers);
   }
-  s->push_packets_ = PacketsForChunks(layout, s->owned_, config.endpoint.payload_floats());
+  // A chunk moving between servers carries its parameters and every
+  // optimizer slot: at most this many packets in one flow.
+  const uint64_t stride = 1 + train::OptimizerState(optimizer, 0).slot_count();
+  for (uint32_t c = 0; c < layout.num_chunks(); ++c) {
+    s->migrate_packets_max_ += (stride * layout.chunk(c).floats + pf - 1) / pf;
+  }
   s->aggregate_.resize(std::min(s->floats_, kApplyTileFloats));
   s->optimizer_ = std::make_unique<train::OptimizerState>(optimizer, s->floats_);
   if (config.resume != nullptr) RETURN_IF_ERROR(s->Restore(*config.resume));
@@ -93,6 +107,235 @@ void ShardServer::SetWorkers(const std::vector<Peer>& workers) {
   changed_.SignalAll();
 }
 
+void ShardServer::SetServers(const std::vector<Peer>& servers) {
+  absl::MutexLock lock(&mu_);
+  servers_ = servers;
+  changed_.SignalAll();
+}
+
+absl::Status ShardServer::ProposePlan(const ChunkMap& map, uint32_t from) {
+  if (config_.server_index != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("plans enter at server 0; this is server ", config_.server_index));
+  }
+  if (map.num_servers() != config_.num_servers || map.num_chunks() != layout_.num_chunks()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plan ", map.version(), ": ", map.num_chunks(), " chunks on ", map.num_servers(),
+        " servers, the job has ", layout_.num_chunks(), " on ", config_.num_servers));
+  }
+  absl::MutexLock lock(&mu_);
+  const uint64_t newest =
+      std::max<uint64_t>(book_->newest().map.version(), proposal_ ? proposal_->map.version() : 0);
+  if (map.version() <= newest || map.version() > UINT32_MAX) {
+    ++stats_.plans_superseded;  // delivered late, after a newer one
+    return absl::OkStatus();
+  }
+  proposal_ = Plan{from, map, {}};
+  return absl::OkStatus();
+}
+
+int ShardServer::ServerIndex(const Peer& p) const {
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (servers_[i] == p) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::optional<Plan> ShardServer::PlanDue(uint32_t t) {
+  const Plan& p = book_->For(t);
+  if (p.map.version() == plan_version_) return std::nullopt;
+  return p;
+}
+
+void ShardServer::Announce(uint32_t t) {
+  std::vector<Peer> peers;
+  {
+    absl::MutexLock lock(&mu_);
+    const Plan& newest = book_->newest();
+    // One plan waits to start at a time: a proposal is announced once the
+    // one before it is in force.
+    if (proposal_ && newest.from <= t) {
+      const uint32_t from = std::max(t + config_.plan_lead, proposal_->from);
+      if (from < config_.total_iterations) {
+        if (absl::Status s = book_->Add(from, proposal_->map); !s.ok()) {
+          ++stats_.plans_superseded;
+        } else {
+          const std::vector<uint32_t> words = EncodePlan(from, proposal_->map);
+          Announcement& a = announcements_[uint32_t(proposal_->map.version())];
+          a.words.resize(words.size());
+          std::memcpy(a.words.data(), words.data(), words.size() * sizeof(uint32_t));
+        }
+        proposal_.reset();
+      }
+    }
+    peers = workers_;
+    for (size_t i = 1; i < servers_.size(); ++i) peers.push_back(servers_[i]);
+  }
+  // Versions no longer needed by anyone joining: those before the one in
+  // force. Their flows are done or to a peer that is gone.
+  const uint32_t in_force = [&] {
+    absl::MutexLock lock(&mu_);
+    return uint32_t(book_->For(t).map.version());
+  }();
+  while (!announcements_.empty() && announcements_.begin()->first < in_force) {
+    for (auto& h : announcements_.begin()->second.flows) endpoint_->Cancel(h);
+    for (auto& h : announcements_.begin()->second.flows) h->Wait(absl::Seconds(5));
+    announcements_.erase(announcements_.begin());
+  }
+  const uint32_t pf = config_.endpoint.payload_floats();
+  for (auto& [version, a] : announcements_) {
+    for (const Peer& p : peers) {
+      uint32_t& told = told_[p];
+      if (told >= version) continue;
+      told = version;
+      std::vector<transport::PacketSpan> packets;
+      transport::AppendPackets(kPlanChunk, a.words.data(), uint32_t(a.words.size()), pf, true,
+                               &packets);
+      transport::SendOptions options;
+      options.plan = version;
+      // The iteration field names the round the plan starts at.
+      const uint32_t from = reinterpret_cast<const uint32_t*>(a.words.data())[1];
+      a.flows.push_back(endpoint_->Send(p, from, std::move(packets), options));
+    }
+  }
+}
+
+bool ShardServer::Switch(uint32_t t, const Plan& next) {
+  const uint32_t me = config_.server_index;
+  const uint32_t v = static_cast<uint32_t>(next.map.version());
+  const size_t nslots = optimizer_->slot_count();
+  const uint32_t pf = config_.endpoint.payload_floats();
+  std::vector<Peer> servers;
+  {
+    // Chunks go to servers by address: wait for them (SetServers).
+    absl::MutexLock lock(&mu_);
+    while (servers_.size() != config_.num_servers && !stop_) changed_.Wait(&mu_);
+    if (stop_) return false;
+    servers = servers_;
+  }
+  // Out: what this server gives up, [params | slots] per chunk, one flow
+  // per new owner.
+  std::vector<std::vector<float>> out(config_.num_servers);
+  std::vector<std::vector<uint32_t>> out_chunks(config_.num_servers);
+  uint64_t sent = 0;
+  for (uint32_t c : owned_) {
+    const uint32_t to = next.map.owner(c);
+    if (to == me) continue;
+    const Chunk ch = layout_.chunk(c);
+    const size_t at = local_.at(c);
+    std::vector<float>& buf = out[to];
+    buf.insert(buf.end(), params_.begin() + at, params_.begin() + at + ch.floats);
+    for (size_t k = 0; k < nslots; ++k) {
+      const absl::Span<const float> slot = optimizer_->slot(k).subspan(at, ch.floats);
+      buf.insert(buf.end(), slot.begin(), slot.end());
+    }
+    out_chunks[to].push_back(c);
+    ++sent;
+  }
+  std::vector<std::shared_ptr<transport::SendHandle>> flows;
+  for (uint32_t to = 0; to < config_.num_servers; ++to) {
+    if (out_chunks[to].empty()) continue;
+    std::vector<transport::PacketSpan> packets;
+    size_t off = 0;
+    for (uint32_t c : out_chunks[to]) {
+      const uint32_t n = uint32_t((1 + nslots) * layout_.chunk(c).floats);
+      transport::AppendPackets(c, out[to].data() + off, n, pf, true, &packets);
+      off += n;
+    }
+    transport::SendOptions options;
+    options.plan = v;
+    flows.push_back(endpoint_->Send(servers[to], t, std::move(packets), options));
+  }
+  // In: the chunks this server takes over, from their previous owners.
+  std::vector<std::vector<uint32_t>> in_chunks(config_.num_servers);
+  for (uint32_t c = 0; c < layout_.num_chunks(); ++c) {
+    if (next.map.owner(c) == me && map_.owner(c) != me) in_chunks[map_.owner(c)].push_back(c);
+  }
+  mu_.Lock();
+  auto arrived = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (uint32_t from = 0; from < config_.num_servers; ++from) {
+      if (in_chunks[from].empty()) continue;
+      const Incoming& in = incoming_[from];
+      if (in.plan != v || in.iteration != t || !in.complete) return false;
+      for (uint32_t c : in_chunks[from]) {
+        auto it = in.chunks.find(c);
+        if (it == in.chunks.end() || it->second.size() != (1 + nslots) * layout_.chunk(c).floats) {
+          return false;
+        }
+      }
+    }
+    return true;
+  };
+  // No deadline: these chunks exist nowhere else. A server that died
+  // holding them ends the job's epoch (recovery), which stops this one.
+  while (!arrived() && !stop_) changed_.Wait(&mu_);
+  if (stop_) {
+    mu_.Unlock();
+    for (auto& h : flows) endpoint_->Cancel(h);
+    for (auto& h : flows) h->Wait(absl::InfiniteDuration());
+    return false;
+  }
+  // The new layout: chunks kept, then chunks taken over, in chunk order.
+  std::vector<uint32_t> owned = next.map.ChunksOf(me);
+  absl::flat_hash_map<uint32_t, size_t> local;
+  size_t floats = 0;
+  for (uint32_t c : owned) {
+    local[c] = floats;
+    floats += layout_.chunk(c).floats;
+  }
+  std::vector<float> params(floats);
+  auto optimizer = std::make_unique<train::OptimizerState>(optimizer_config_, floats);
+  optimizer->set_steps(optimizer_->steps());
+  uint64_t received = 0;
+  for (uint32_t c : owned) {
+    const Chunk ch = layout_.chunk(c);
+    const size_t to = local[c];
+    if (map_.owner(c) == me) {
+      const size_t at = local_.at(c);
+      std::copy_n(params_.begin() + at, ch.floats, params.begin() + to);
+      for (size_t k = 0; k < nslots; ++k) {
+        std::copy_n(optimizer_->slot(k).begin() + at, ch.floats,
+                    optimizer->mutable_slot(k).begin() + to);
+      }
+      continue;
+    }
+    const std::vector<float>& state = incoming_[map_.owner(c)].chunks.at(c);
+    std::copy_n(state.begin(), ch.floats, params.begin() + to);
+    for (size_t k = 0; k < nslots; ++k) {
+      std::copy_n(state.begin() + (k + 1) * ch.floats, ch.floats,
+                  optimizer->mutable_slot(k).begin() + to);
+    }
+    ++received;
+  }
+  for (Incoming& in : incoming_) {
+    if (in.plan <= v) in = Incoming();
+  }
+  owned_ = std::move(owned);
+  local_ = std::move(local);
+  floats_ = floats;
+  params_ = std::move(params);
+  optimizer_ = std::move(optimizer);
+  aggregate_.resize(std::min(floats_, kApplyTileFloats));
+  snapshot_for_ = -1;  // ApplyStep's snapshot has the old layout
+  map_ = next.map;
+  plan_version_ = v;
+  push_packets_ = next.packets[me];
+  ++stats_.plan_switches;
+  stats_.plan_version = v;
+  stats_.chunks_sent += sent;
+  stats_.chunks_received += received;
+  changed_.SignalAll();
+  mu_.Unlock();
+  // The copies sent must outlive their flows; receivers hold them early,
+  // so this costs at most one path's delay.
+  for (auto& h : flows) {
+    while (!h->Wait(absl::Milliseconds(100))) {
+      if (stop_) endpoint_->Cancel(h);
+    }
+  }
+  return true;
+}
+
 void ShardServer::Start() {
   thread_ = std::thread([this] { Run(); });
 }
@@ -117,12 +360,21 @@ bool ShardServer::WaitFinished(absl::Duration timeout) {
 
 ShardServerStats ShardServer::GetStats() const {
   absl::MutexLock lock(&mu_);
-  return stats_;
+  ShardServerStats s = stats_;
+  s.round_open = round_open_;
+  const Plan& newest = book_->newest();
+  if (newest.map.version() > plan_version_) {
+    s.plan_next = uint32_t(newest.map.version());
+    s.plan_next_from = newest.from;
+  }
+  return s;
 }
 
 std::vector<float> ShardServer::OwnedParams() const { return params_; }
 
 std::vector<PacketSpan> ShardServer::OwnedPackets(const float* base) const {
+  static const float kZero = 0;
+  if (owned_.empty()) return {PacketSpan{kEmptyChunk, 0, &kZero, 1, true}};
   std::vector<PacketSpan> packets;
   const uint32_t pf = config_.endpoint.payload_floats();
   for (uint32_t c : owned_) {
@@ -145,19 +397,60 @@ void ShardServer::Broadcast(uint32_t iteration) {
     broadcast_[b] = params_;
   }
   std::vector<Peer> workers;
+  transport::SendOptions options;
   {
     absl::MutexLock lock(&mu_);
     workers = workers_;
+    options.plan = plan_version_;
   }
-  if (owned_.empty()) return;
   for (const Peer& w : workers) {
-    in_flight_[b].push_back(endpoint_->Send(w, iteration, OwnedPackets(broadcast_[b].data())));
+    in_flight_[b].push_back(
+        endpoint_->Send(w, iteration, OwnedPackets(broadcast_[b].data()), options));
   }
 }
 
 transport::DropReason ShardServer::AcceptFlow(const Peer& from, const Header& first) {
   absl::MutexLock lock(&mu_);
-  // A push is exactly our chunks cut at the job's packet size: anything
+  const uint32_t pf = config_.endpoint.payload_floats();
+  if (const int server = ServerIndex(from); server >= 0) {
+    if (first.chunk_id == kPlanChunk) {
+      // An announcement: from server 0 only, of a plan newer than all
+      // this server knows, exactly one plan long.
+      if (server != 0 || config_.server_index == 0) return transport::DropReason::kUnexpected;
+      if (first.total_packets != (PlanWords(layout_.num_chunks()) + pf - 1) / pf) {
+        return transport::DropReason::kBadFlowSize;
+      }
+      if (first.plan <= book_->newest().map.version()) {
+        ++stats_.stale_plan;
+        return transport::DropReason::kUnexpected;
+      }
+      announce_flow_ = first.flow_id;
+      announce_open_ = true;
+      announce_words_.assign(PlanWords(layout_.num_chunks()), 0);
+      return transport::DropReason::kNone;
+    }
+    // Chunks moving here under a plan newer than the one followed; held
+    // until this server switches (its announcement may still be on the way).
+    if (first.total_packets > migrate_packets_max_) return transport::DropReason::kBadFlowSize;
+    Incoming& in = incoming_[server];
+    if (first.plan <= plan_version_ || first.plan < in.plan) {
+      ++stats_.stale_plan;
+      return transport::DropReason::kUnexpected;
+    }
+    if (book_->For(first.iteration).map.version() != first.plan) ++stats_.held_flows;
+    in = Incoming();
+    in.flow_id = first.flow_id;
+    in.plan = first.plan;
+    in.iteration = first.iteration;
+    return transport::DropReason::kNone;
+  }
+  // A push is of the plan this server follows (a worker pushes a round
+  // only once this server sent it under that plan)...
+  if (first.plan != plan_version_) {
+    ++(first.plan < plan_version_ ? stats_.stale_plan : stats_.plan_ahead);
+    return transport::DropReason::kUnexpected;
+  }
+  // ...and exactly our chunks cut at the job's packet size: anything
   // else is refused before the endpoint sizes state from it.
   if (first.total_packets != push_packets_ ||
       first.payload_bytes > config_.endpoint.payload_floats() * sizeof(float)) {
@@ -175,10 +468,34 @@ transport::DropReason ShardServer::AcceptFlow(const Peer& from, const Header& fi
 
 void ShardServer::OnData(const Peer& from, const Header& h, const uint8_t* payload) {
   absl::MutexLock lock(&mu_);
-  if (!round_open_ || h.iteration != round_) return;  // closed while in flight
+  const uint32_t floats = h.payload_bytes / sizeof(float);
+  if (const int server = ServerIndex(from); server >= 0) {
+    if (h.chunk_id == kPlanChunk) {
+      if (!announce_open_ || server != 0 || h.flow_id != announce_flow_ ||
+          uint64_t(h.chunk_offset) + floats > announce_words_.size()) {
+        ++stats_.bad_chunks;
+        return;
+      }
+      std::memcpy(announce_words_.data() + h.chunk_offset, payload, h.payload_bytes);
+      return;
+    }
+    Incoming& in = incoming_[server];
+    const uint64_t stride = 1 + optimizer_->slot_count();
+    if (in.flow_id != h.flow_id || in.plan != h.plan || h.chunk_id >= layout_.num_chunks() ||
+        uint64_t(h.chunk_offset) + floats > stride * layout_.chunk(h.chunk_id).floats) {
+      ++stats_.bad_chunks;
+      return;
+    }
+    // Bounded: one flow per sender, each chunk at most its state's size.
+    std::vector<float>& state = in.chunks[h.chunk_id];
+    state.resize(stride * layout_.chunk(h.chunk_id).floats);
+    std::memcpy(state.data() + h.chunk_offset, payload, h.payload_bytes);
+    return;
+  }
+  if (!round_open_ || h.iteration != round_) return;      // closed while in flight
+  if (h.chunk_id == kEmptyChunk && floats_ == 0) return;  // the push of a server with no chunks
   auto slot = slots_.find(from);
   auto local = local_.find(h.chunk_id);
-  const uint32_t floats = h.payload_bytes / sizeof(float);
   if (slot == slots_.end() || local == local_.end() ||
       uint64_t(h.chunk_offset) + floats > layout_.chunk(h.chunk_id).floats) {
     ++stats_.bad_chunks;
@@ -192,6 +509,27 @@ void ShardServer::OnData(const Peer& from, const Header& h, const uint8_t* paylo
 
 void ShardServer::OnFlowDone(const Peer& from, const transport::FlowResult& result) {
   absl::MutexLock lock(&mu_);
+  if (const int server = ServerIndex(from); server >= 0) {
+    if (announce_open_ && server == 0 && result.flow_id == announce_flow_) {
+      announce_open_ = false;
+      if (!result.complete()) return;
+      absl::StatusOr<Plan> plan = DecodePlan(announce_words_, layout_, config_.num_servers);
+      if (!plan.ok() || plan->map.version() != result.plan ||
+          !book_->Add(plan->from, std::move(plan->map)).ok()) {
+        ++stats_.bad_chunks;  // a malformed announcement: refused whole
+        return;
+      }
+      changed_.SignalAll();
+      return;
+    }
+    Incoming& in = incoming_[server];
+    if (in.flow_id == result.flow_id && in.plan == result.plan) {
+      in.done = true;
+      in.complete = result.complete();
+      changed_.SignalAll();
+    }
+    return;
+  }
   if (!round_open_ || result.iteration != round_) return;
   auto slot = slots_.find(from);
   if (slot == slots_.end()) return;
@@ -309,39 +647,66 @@ void ShardServer::Run() {
   for (uint32_t t = start_round_; t < config_.total_iterations && !stop_; ++t) {
     const auto round_start = Clock::now();
     const uint64_t start_us = mono->MonotonicMicros();
-    uint64_t epoch;
-    {
-      absl::MutexLock lock(&mu_);
-      // Buffers for this round's live workers; reuse the allocations.
-      absl::flat_hash_map<Peer, Slot> next;
-      for (const Peer& w : workers_) {
-        auto it = slots_.find(w);
-        Slot s;
-        if (it != slots_.end()) s.grad = std::move(it->second.grad);
-        if (it != slots_.end()) s.have = std::move(it->second.have);
-        s.grad.resize(floats_);
-        s.done = false;
-        s.partial = false;
-        s.have.clear();
-        next.emplace(w, std::move(s));
+    uint64_t epoch = 0;
+    // Opens round t under the plan that holds for it: switches first when
+    // that plan is new here, then broadcasts. False when stopped.
+    auto open = [&]() -> bool {
+      std::optional<Plan> due;
+      {
+        absl::MutexLock lock(&mu_);
+        due = PlanDue(t);
       }
-      slots_ = std::move(next);
-      round_ = t;
-      round_open_ = true;
-      epoch = membership_epoch_;
-    }
-    Broadcast(t);
+      if (due && !Switch(t, *due)) return false;
+      {
+        absl::MutexLock lock(&mu_);
+        // Buffers for this round's live workers; reuse the allocations.
+        absl::flat_hash_map<Peer, Slot> next;
+        for (const Peer& w : workers_) {
+          auto it = slots_.find(w);
+          Slot s;
+          if (it != slots_.end()) s.grad = std::move(it->second.grad);
+          if (it != slots_.end()) s.have = std::move(it->second.have);
+          s.grad.resize(floats_);
+          s.done = false;
+          s.partial = false;
+          s.have.clear();
+          next.emplace(w, std::move(s));
+        }
+        slots_ = std::move(next);
+        round_ = t;
+        round_open_ = true;
+        epoch = membership_epoch_;
+      }
+      Broadcast(t);
+      return true;
+    };
+    if (config_.server_index == 0) Announce(t);
+    if (!open()) break;
     const uint64_t bcast_us = mono->MonotonicMicros();
-    const absl::Time deadline = absl::Now() + config_.round_deadline;
+    absl::Time deadline = absl::Now() + config_.round_deadline;
     std::vector<const float*> inputs;
     std::vector<std::vector<Range>> missing;
     std::vector<std::pair<Peer, double>> delivered;
     uint64_t bubble_bytes = 0, partial_pushes = 0;
     bool by_deadline = false, by_membership = false;
     {
-      absl::MutexLock lock(&mu_);
+      mu_.Lock();
       for (;;) {
         if (stop_) break;
+        // The plan for this round reached this server only after it opened
+        // the round: open it again under that plan. No worker pushed yet:
+        // workers push a round once every server sent it under the plan
+        // server 0 sent it under.
+        if (PlanDue(t)) {
+          round_open_ = false;
+          ++stats_.rounds_reopened;
+          mu_.Unlock();
+          const bool reopened = open();
+          mu_.Lock();
+          if (!reopened) break;
+          deadline = absl::Now() + config_.round_deadline;
+          continue;
+        }
         // Workers that left are no longer waited for.
         if (membership_epoch_ != epoch) {
           std::vector<Peer> gone;
@@ -393,6 +758,7 @@ void ShardServer::Run() {
         slot.have.clear();
         delivered.push_back({w, fraction});
       }
+      mu_.Unlock();
     }
     if (stop_) break;
     const uint64_t closed_us = mono->MonotonicMicros();
@@ -412,6 +778,7 @@ void ShardServer::Run() {
       line.Key("ev").String("round");
       line.Key("node").String(config_.trace_node);
       line.Key("t").Uint(t);
+      line.Key("plan").Uint(map_.version());
       line.Key("start").Uint(start_us);
       line.Key("bcast").Uint(bcast_us);
       line.Key("pushes").BeginArray();  // per worker rank: first, last packet, close

@@ -12,6 +12,18 @@
 // After the last round it broadcasts the final parameters (iteration =
 // total_iterations) and finishes.
 //
+// Plans (plan.h, docs/plan.md): the chunk map is a versioned value. Server
+// 0 takes proposals (ProposePlan), picks the round each starts at
+// (plan_lead rounds ahead) and announces it to every server and worker.
+// At that round each server sends the chunks it gives up, with their
+// optimizer state, to their new owners, waits for the chunks it takes
+// over, and only then broadcasts. Every flow carries its plan version:
+// pushes of another plan are refused and counted; chunks and announcements
+// that come before this server can use them are held. A server that opened
+// the round before the announcement reached it opens it again under the
+// new plan (no worker can have pushed to it: workers push a round only
+// once every server sent it under the plan server 0 tagged it with).
+//
 // Threads: the transport's thread delivers packets (Receiver callbacks); one
 // round thread runs the loop above. Shared round state is under mu_.
 // Start/Stop/SetWorkers/GetStats are thread-safe.
@@ -20,7 +32,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -31,6 +45,7 @@
 #include "lib/base/trace_log.h"
 #include "lib/ps/aggregate.h"
 #include "lib/ps/chunk_map.h"
+#include "lib/ps/plan.h"
 #include "lib/storage/checkpoint_writer.h"
 #include "lib/train/optimizer.h"
 #include "lib/transport/tcp_endpoint.h"
@@ -47,6 +62,11 @@ struct ShardServerConfig {
   uint32_t total_iterations = 0;
   absl::Duration round_deadline = absl::Seconds(5);
   transport::EndpointConfig endpoint;
+  // Server 0: a proposed plan starts at least this many rounds after the
+  // round it is announced in, so the announcement reaches every node
+  // before anyone needs it (a late one costs a re-opened round, not
+  // correctness).
+  uint32_t plan_lead = 2;
   // The transport it creates when none is shared: UDP (reliable and ltp
   // jobs) or kernel TCP (tcp jobs).
   transport::TransportKind transport = transport::TransportKind::kUdp;
@@ -85,6 +105,24 @@ struct ShardServerStats {
   uint64_t checkpoints_offered = 0;  // snapshots handed to the writer
   double last_snapshot_ms = 0;       // the round thread's copy for the newest
   double last_round_ms = 0;
+  // Plans: the version in force, switches made, chunks given up and taken
+  // over, flows refused for carrying another plan (pushes of an older or
+  // newer one), flows held until this server could use them, proposals
+  // dropped for a newer one, rounds opened again under a late plan.
+  uint32_t plan_version = 1;
+  uint64_t plan_switches = 0;
+  uint64_t chunks_sent = 0;
+  uint64_t chunks_received = 0;
+  uint64_t stale_plan = 0;
+  uint64_t plan_ahead = 0;
+  uint64_t held_flows = 0;
+  uint64_t plans_superseded = 0;
+  uint64_t rounds_reopened = 0;
+  // The newest plan known here, when it is not in force yet, and the
+  // round it starts at (0: none waiting).
+  uint32_t plan_next = 0;
+  uint32_t plan_next_from = 0;
+  bool round_open = false;  // round `iteration` is open (broadcast, taking pushes)
   bool finished = false;
 };
 
@@ -107,6 +145,14 @@ class ShardServer : public transport::Receiver {
   // The live workers, by rank. Removing a worker closes a round waiting for
   // it; adding one includes it from the next round.
   void SetWorkers(const std::vector<transport::Peer>& workers);
+  // Every server of the job, by index (this one included): where chunks
+  // move and announcements go. Needed only for plans after version 1.
+  void SetServers(const std::vector<transport::Peer>& servers);
+  // Server 0 only (FailedPrecondition elsewhere): a new chunk map (version
+  // above every earlier one, else dropped and counted) to hold from round
+  // `from` at the earliest. The newest proposal wins; it is announced at
+  // the next round open once the previous plan is in force.
+  absl::Status ProposePlan(const ChunkMap& map, uint32_t from);
   void Start();
   // Blocks until every round is done (or Stop). True when finished.
   bool WaitFinished(absl::Duration timeout);
@@ -115,6 +161,7 @@ class ShardServer : public transport::Receiver {
   // This server's chunks of the parameters, in chunk order. Call only once
   // WaitFinished returned true (the round thread owns them until then).
   std::vector<float> OwnedParams() const;
+  // Call only once WaitFinished returned true, like OwnedParams.
   const std::vector<uint32_t>& owned_chunks() const { return owned_; }
 
   // transport::Receiver (endpoint thread)
@@ -148,14 +195,29 @@ class ShardServer : public transport::Receiver {
   // After round t's step: the checkpoint of t + 1 rounds applied, if due
   // and the writer is idle. Returns the copy's time (0: none taken).
   double MaybeCheckpoint(uint32_t t);
+  // Server 0, at round t's open: announces the newest proposal (if the
+  // plan before it is in force) and the plans some peer was not told of.
+  void Announce(uint32_t t);
+  // Switches to `next` (in force from round t): chunks out, chunks in,
+  // then the new layout. False when stopped first.
+  bool Switch(uint32_t t, const Plan& next);
+  // The plan that holds at `t` when it is not the one followed, copied.
+  std::optional<Plan> PlanDue(uint32_t t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int ServerIndex(const transport::Peer& p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardServerConfig config_;
   const ChunkLayout layout_;
-  const ChunkMap map_;
+  train::OptimizerConfig optimizer_config_;
+  uint64_t migrate_packets_max_ = 0;  // the largest chunk flow between servers
+  // The plan followed. Only the round thread changes these (Switch), and
+  // it does so under mu_: the endpoint thread reads local_ and floats_
+  // under mu_, the round thread reads them without.
+  ChunkMap map_;
   std::vector<uint32_t> owned_;                  // chunk ids, ascending
   absl::flat_hash_map<uint32_t, size_t> local_;  // chunk id -> local offset
   size_t floats_ = 0;
-  uint64_t push_packets_ = 0;  // total_packets of every worker's push
+  uint64_t push_packets_ ABSL_GUARDED_BY(mu_) = 0;  // total_packets of every push
+  uint32_t plan_version_ ABSL_GUARDED_BY(mu_) = 1;
   std::unique_ptr<transport::Transport> own_endpoint_;
   transport::Transport* endpoint_ = nullptr;  // own_endpoint_ or the shared one
   std::unique_ptr<train::OptimizerState> optimizer_;
@@ -184,6 +246,35 @@ class ShardServer : public transport::Receiver {
   };
   absl::flat_hash_map<transport::Peer, Slot> slots_ ABSL_GUARDED_BY(mu_);
   ShardServerStats stats_ ABSL_GUARDED_BY(mu_);
+
+  // Plans: what this server knows, server 0's pending proposal, and the
+  // other servers by index.
+  std::unique_ptr<PlanBook> book_ ABSL_GUARDED_BY(mu_);
+  std::optional<Plan> proposal_ ABSL_GUARDED_BY(mu_);
+  std::vector<transport::Peer> servers_ ABSL_GUARDED_BY(mu_);
+  // An announcement being received from server 0 (its flow id and words).
+  uint32_t announce_flow_ ABSL_GUARDED_BY(mu_) = 0;
+  bool announce_open_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<uint32_t> announce_words_ ABSL_GUARDED_BY(mu_);
+  // Chunks another server sends this one, per sender index: the newest
+  // flow's plan, round and chunk states ([params | optimizer slots]).
+  struct Incoming {
+    uint32_t flow_id = 0;
+    uint32_t plan = 0;
+    uint32_t iteration = 0;
+    bool done = false;
+    bool complete = false;
+    absl::flat_hash_map<uint32_t, std::vector<float>> chunks;
+  };
+  std::vector<Incoming> incoming_ ABSL_GUARDED_BY(mu_);
+  // Server 0: the announcements sent (by version: words as floats, flows)
+  // and the newest version each peer was told of.
+  struct Announcement {
+    std::vector<float> words;
+    std::vector<std::shared_ptr<transport::SendHandle>> flows;
+  };
+  std::map<uint32_t, Announcement> announcements_;       // round thread
+  absl::flat_hash_map<transport::Peer, uint32_t> told_;  // round thread
 };
 
 }  // namespace ps

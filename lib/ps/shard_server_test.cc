@@ -121,7 +121,7 @@ TEST_CASE("LTP push with 30% loss: whole-packet bubbles, no update where nothing
   ParamSink sink(n, chunk);
   EndpointConfig wc;
   wc.key = transport::testing::TestKey();
-  wc.packet_bytes = 1402;  // 332 floats: a datagram size that is no multiple of 4
+  wc.packet_bytes = 1402;  // 330 floats: a datagram size that is no multiple of 4
   wc.congestion.initial_rate_bps = 10'000'000'000;  // the whole push in the first window
   transport::LinkImpairment imp;
   imp.loss = 0.3;
@@ -130,7 +130,7 @@ TEST_CASE("LTP push with 30% loss: whole-packet bubbles, no update where nothing
   auto worker = transport::testing::SimEndpoint(net, worker_addr, wc, &sink, RealClock::Get());
   REQUIRE(worker.ok());
   const uint32_t pf = wc.payload_floats();
-  REQUIRE(pf == 332);
+  REQUIRE(pf == 330);
 
   server->SetWorkers({(*worker)->local()});
   server->Start();
@@ -147,6 +147,7 @@ TEST_CASE("LTP push with 30% loss: whole-packet bubbles, no update where nothing
   }
   transport::SendOptions lossy;
   lossy.loss_tolerant = true;
+  lossy.plan = 1;  // the job's even split
   auto h = (*worker)->Send(server->local(), 0, std::move(packets), lossy);
   REQUIRE(h->Wait(absl::Seconds(20)));
   REQUIRE(sink.Wait(1, absl::Seconds(20)));
@@ -226,7 +227,9 @@ void PushChunks(transport::Endpoint& worker, const Peer& server, uint32_t iterat
                              uint32_t(std::min<uint64_t>(chunk, grad.size() - off)), payload_floats,
                              false, &packets);
   }
-  auto h = worker.Send(server, iteration, std::move(packets));
+  transport::SendOptions options;
+  options.plan = 1;  // the job's even split
+  auto h = worker.Send(server, iteration, std::move(packets), options);
   REQUIRE(h->Wait(absl::Seconds(20)));
 }
 
@@ -356,6 +359,74 @@ TEST_CASE("a server resumed from a checkpoint goes on exactly as the first would
   REQUIRE(other.ok());
   auto refused = ShardServer::Create(resumed, init, other->get());
   CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+// Plans at the server: a push must carry the plan the server follows;
+// one of an older or newer plan is refused and counted, and the round
+// still closes with the right push. Proposals enter at server 0 only, in
+// the job's shape, and a late one (an older version) is dropped.
+TEST_CASE("a push of another plan is refused and counted; proposals are checked",
+          "[shard_server][plan]") {
+  const uint64_t n = 10000;
+  const uint32_t chunk = 4096;
+  ShardServerConfig sc;
+  sc.num_params = n;
+  sc.chunk_floats = chunk;
+  sc.optimizer.learning_rate = 0.5f;
+  sc.endpoint.key = transport::testing::TestKey();
+  sc.total_iterations = 1;
+  std::vector<float> init(n, 1.0f);
+  transport::SimNetwork net(RealClock::Get(), 11);
+  SimServer server(net, sc, init);
+  ParamSink sink(n, chunk);
+  EndpointConfig wc;
+  wc.key = transport::testing::TestKey();
+  auto worker = transport::testing::SimEndpoint(net, kWorkerAddr, wc, &sink, RealClock::Get());
+  REQUIRE(worker.ok());
+  server->SetWorkers({(*worker)->local()});
+  server->Start();
+  REQUIRE(sink.Wait(0, absl::Seconds(20)));
+
+  std::vector<float> grad(n, 0.5f);
+  for (uint32_t plan : {0u, 2u}) {
+    std::vector<transport::PacketSpan> packets;
+    for (uint32_t c = 0; c < 3; ++c) {
+      transport::AppendPackets(c, grad.data() + c * chunk,
+                               uint32_t(std::min<uint64_t>(chunk, n - c * chunk)),
+                               wc.payload_floats(), false, &packets);
+    }
+    transport::SendOptions options;
+    options.plan = plan;
+    auto h = (*worker)->Send(server->local(), 0, std::move(packets), options);
+    // Refused flows are never acknowledged: wait for the count, then give up on it.
+    const absl::Time give_up = absl::Now() + absl::Seconds(20);
+    auto refused = [&] {
+      const ShardServerStats st = server->GetStats();
+      return plan == 0 ? st.stale_plan : st.plan_ahead;
+    };
+    while (refused() == 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+    CHECK(refused() >= 1);
+    (*worker)->Cancel(h);
+    h->Wait(absl::Seconds(5));
+  }
+  CHECK(server->GetStats().iteration == 0);  // neither counted for the round
+  PushChunks(**worker, server->local(), 0, grad, {0, 1, 2}, chunk, wc.payload_floats());
+  REQUIRE(server->WaitFinished(absl::Seconds(20)));
+  CHECK(server->GetStats().rounds_complete == 1);
+  CHECK(sink.Wait(1, absl::Seconds(20)));
+  CHECK(sink.params(1)[0] == 1.0f - 0.5f * 0.5f);
+
+  const ChunkLayout layout = *ChunkLayout::Create(n, chunk);
+  CHECK(server->ProposePlan(*ChunkMap::FromOwners(layout, 1, {0, 0, 0}, 2), 5).ok());
+  CHECK(server->ProposePlan(*ChunkMap::FromOwners(layout, 1, {0, 0, 0}, 1), 5).ok());
+  CHECK(server->GetStats().plans_superseded == 1);  // version 1 came after 2
+  CHECK(!server->ProposePlan(*ChunkMap::FromOwners(layout, 2, {0, 1, 0}, 3), 5).ok());
+  ShardServerConfig second = sc;
+  second.num_servers = 2;
+  second.server_index = 1;
+  SimServer other(net, second, init, Peer{htonl(0x0A000009), htons(7000)});
+  CHECK(other->ProposePlan(*ChunkMap::FromOwners(layout, 2, {0, 1, 0}, 2), 5).code() ==
+        absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

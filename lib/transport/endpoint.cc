@@ -224,6 +224,7 @@ std::shared_ptr<SendHandle> Endpoint::Send(const Peer& to, uint32_t iteration,
   f->flow_id = handle->flow_id_;
   f->peer = to;
   f->iteration = iteration;
+  f->plan = options.plan;
   f->packets = std::move(packets);
   f->state.resize(f->packets.size());
   f->handle = handle;

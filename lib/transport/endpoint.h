@@ -158,6 +158,8 @@ struct SendOptions {
   // LTP: the receiver may close the flow once enough has arrived; lost
   // normal packets are resent only after everything new went out.
   bool loss_tolerant = false;
+  // The plan version every data packet carries (Header::plan).
+  uint32_t plan = 0;
 };
 
 // Where a sent flow's time went, on the endpoint's clock
@@ -225,6 +227,7 @@ class SendHandle {
 struct FlowResult {
   uint32_t flow_id = 0;
   uint32_t iteration = 0;
+  uint32_t plan = 0;  // the flow's Header::plan
   uint32_t total_packets = 0;
   uint32_t received = 0;  // distinct packets delivered by OnData
   CloseReason reason = CloseReason::kComplete;

@@ -39,6 +39,7 @@ struct SendFlow {
   uint32_t flow_id = 0;
   Peer peer;
   uint32_t iteration = 0;
+  uint32_t plan = 0;
   std::vector<PacketSpan> packets;
   std::vector<PacketState> state;
   std::shared_ptr<SendHandle> handle;
@@ -95,6 +96,7 @@ struct RecvFlow {
   uint32_t total = 0;
   uint32_t received = 0;
   uint32_t iteration = 0;
+  uint32_t plan = 0;
   uint64_t last_us = 0;
   std::vector<uint64_t> bitmap;
   // Loss-tolerant flows (Early Close).

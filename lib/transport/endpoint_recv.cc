@@ -73,7 +73,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
     it = recv.find(key);
   }
   RecvFlow& f = it->second;
-  if (h.total_packets != f.total || h.iteration != f.iteration ||
+  if (h.total_packets != f.total || h.iteration != f.iteration || h.plan != f.plan ||
       f.lossy != ((h.flags & kFlagLossTolerant) != 0)) {
     ++stats.drops[size_t(DropReason::kBadSequence)];
     return;
@@ -124,6 +124,7 @@ DropReason Endpoint::Impl::OpenRecv(const RecvKey& key, const Header& h, uint64_
   }
   f.total = h.total_packets;
   f.iteration = h.iteration;
+  f.plan = h.plan;
   f.bitmap.assign(RecvBitmapWords(h.total_packets), 0);
   f.lossy = (h.flags & kFlagLossTolerant) != 0;
   f.start_us = now;
@@ -152,6 +153,7 @@ void Endpoint::Impl::CloseFlow(const RecvKey& key, CloseReason reason) {
   FlowResult r;
   r.flow_id = key.flow_id;
   r.iteration = f.iteration;
+  r.plan = f.plan;
   r.total_packets = f.total;
   r.received = f.received;
   r.reason = reason;

@@ -35,7 +35,7 @@ class Ghash {
   // A zero-padded to whole blocks, then the length block (bit length of A,
   // 0). head_len at most kHeadMax. Writes 16 bytes to `out` (XOR with
   // AES_K(J0) to make the GCM tag).
-  static constexpr size_t kHeadMax = 64;
+  static constexpr size_t kHeadMax = 96;
   // Blocks multiplied per reduction.
   static constexpr size_t kStepBlocks = 32;
   void Hash(const uint8_t* head, size_t head_len, const uint8_t* body, size_t body_len,

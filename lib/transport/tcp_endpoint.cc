@@ -72,6 +72,7 @@ std::string CongestionOf(int fd) {
 struct OutFlow {
   uint32_t flow_id = 0;
   uint32_t iteration = 0;
+  uint32_t plan = 0;
   std::vector<PacketSpan> packets;
   size_t next = 0;  // packets copied to the connection so far
   std::shared_ptr<SendHandle> handle;
@@ -81,6 +82,7 @@ struct InFlow {
   uint64_t charged = 0;  // bytes charged to the receive budget
   uint32_t total = 0;
   uint32_t iteration = 0;
+  uint32_t plan = 0;
   uint32_t received = 0;
   uint64_t last_us = 0;
   std::vector<uint64_t> bitmap;
@@ -249,7 +251,8 @@ void TcpEndpoint::Shutdown() {
 }
 
 std::shared_ptr<SendHandle> TcpEndpoint::Send(const Peer& to, uint32_t iteration,
-                                              std::vector<PacketSpan> packets, SendOptions) {
+                                              std::vector<PacketSpan> packets,
+                                              SendOptions options) {
   auto handle = std::make_shared<SendHandle>();
   handle->started_ = absl::Now();
   handle->flow_id_ = impl_->flow_counter.fetch_add(1);
@@ -264,6 +267,7 @@ std::shared_ptr<SendHandle> TcpEndpoint::Send(const Peer& to, uint32_t iteration
   auto f = std::make_unique<OutFlow>();
   f->flow_id = handle->flow_id_;
   f->iteration = iteration;
+  f->plan = options.plan;
   f->packets = std::move(packets);
   f->handle = handle;
   {
@@ -561,6 +565,7 @@ void TcpEndpoint::Impl::FillWrites(Conn* c) {
       h.chunk_id = p.chunk_id;
       h.chunk_offset = p.chunk_offset;
       h.iteration = f->iteration;
+      h.plan = f->plan;
       const size_t at = c->wbuf.size();
       c->wbuf.resize(at + kHeaderBytes + h.payload_bytes);
       uint8_t* head = c->wbuf.data() + at;
@@ -702,12 +707,13 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
     }
     f.total = h.total_packets;
     f.iteration = h.iteration;
+    f.plan = h.plan;
     f.bitmap.assign(RecvBitmapWords(h.total_packets), 0);
     it = c->flows.emplace(h.flow_id, std::move(f)).first;
   }
   InFlow& f = it->second;
   f.last_us = NowMicros();
-  if (h.total_packets != f.total || h.iteration != f.iteration) {
+  if (h.total_packets != f.total || h.iteration != f.iteration || h.plan != f.plan) {
     ++stats.drops[size_t(DropReason::kBadSequence)];
     return true;
   }
@@ -723,6 +729,7 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
   FlowResult r;
   r.flow_id = h.flow_id;
   r.iteration = f.iteration;
+  r.plan = f.plan;
   r.total_packets = f.total;
   r.received = f.received;
   r.closed_us = NowMicros();

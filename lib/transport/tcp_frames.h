@@ -1,7 +1,7 @@
 // The TCP transport's byte stream (wire-format.md, "TCP transport"): the
 // connecting side first sends an 8-byte hello (magic, version, its data
 // port), then both directions carry frames, each a datagram's header and
-// payload exactly (v2). TcpStreamReader cuts a connection's received bytes
+// payload exactly (wire.h). TcpStreamReader cuts a connection's received bytes
 // into the hello and whole frames; pure (no sockets), so it is tested and
 // fuzzed alone (tools/fuzz.sh, tcp_frames_fuzz).
 //

@@ -1,6 +1,6 @@
-// Data-plane wire format, version 2 (spec: docs/wire-format.md).
+// Data-plane wire format, version 3 (spec: docs/wire-format.md).
 //
-// Every datagram is a fixed 72-byte header followed by a payload; the
+// Every datagram is a fixed 80-byte header followed by a payload; the
 // header ends with a 16-byte authentication tag that packet_auth.h writes
 // and checks (the codec leaves it alone: EncodeHeader zeroes it). All
 // integers are little-endian; DATA payloads are little-endian float32 values
@@ -18,10 +18,10 @@ namespace hetps {
 namespace transport {
 
 constexpr uint16_t kMagic = 0x5048;  // bytes 'H' 'P' on the wire
-constexpr uint8_t kVersion = 2;
-constexpr size_t kHeaderBytes = 72;
+constexpr uint8_t kVersion = 3;
+constexpr size_t kHeaderBytes = 80;
 // The tag: the last 16 header bytes; everything before it is authenticated.
-constexpr size_t kTagOffset = 56;
+constexpr size_t kTagOffset = 64;
 constexpr size_t kTagBytes = 16;
 // Largest datagram we send or accept: fits loopback and jumbo links; WAN
 // links use the configured packet size (default 1400 bytes of payload).
@@ -93,6 +93,10 @@ struct Header {
   uint32_t iteration = 0;
   uint32_t rtprop_us = 0;   // sender's round-trip propagation estimate (0: none yet)
   uint32_t btlbw_kbps = 0;  // sender's bottleneck bandwidth estimate (0: none yet)
+  // DATA: the version of the cluster plan (lib/ps/plan.h) the sender's flow
+  // belongs to; one value per flow. The transport only carries it: the
+  // parameter-server logic refuses older plans and holds newer ones.
+  uint32_t plan = 0;
 };
 
 // The prefix an ACK carries (kFlagAckPrefix): every seq below it arrived;

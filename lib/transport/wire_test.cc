@@ -24,6 +24,7 @@ Header DataHeader(uint16_t payload_bytes) {
   h.iteration = 99;
   h.rtprop_us = 20000;
   h.btlbw_kbps = 100000;
+  h.plan = 0x0A0B0C0D;
   return h;
 }
 
@@ -50,6 +51,7 @@ TEST_CASE("data packet round trip", "[wire]") {
   CHECK(p.header.iteration == 99);
   CHECK(p.header.rtprop_us == 20000);
   CHECK(p.header.btlbw_kbps == 100000);
+  CHECK(p.header.plan == 0x0A0B0C0D);
   CHECK(p.payload == d.data() + kHeaderBytes);
 }
 
@@ -57,11 +59,12 @@ TEST_CASE("byte order on the wire is little-endian", "[wire]") {
   auto d = Datagram(DataHeader(4), 4);
   CHECK(d[0] == 'H');
   CHECK(d[1] == 'P');
-  CHECK(d[2] == 2);
+  CHECK(d[2] == 3);
   CHECK(d[5] == 0x5C);
   CHECK(d[8] == 0xEF);                                                  // sender low byte first
   CHECK(d[16] == 0x88);                                                 // packet number
   CHECK(d[24] == 7);                                                    // flow_id
+  CHECK(d[56] == 0x0D);                                                 // plan
   for (size_t i = kTagOffset; i < kHeaderBytes; ++i) CHECK(d[i] == 0);  // the tag: not the codec's
 }
 
@@ -82,6 +85,12 @@ TEST_CASE("every malformation maps to its drop reason", "[wire]") {
   CHECK(Decode(m.data(), m.size(), &p) == DropReason::kBadMagic);
   m = good;
   m[2] = 1;  // version 1: no authentication; refused, not misread
+  CHECK(Decode(m.data(), m.size(), &p) == DropReason::kBadVersion);
+  m = good;
+  m[2] = 2;  // version 2: no plan field, the tag 8 bytes earlier
+  CHECK(Decode(m.data(), m.size(), &p) == DropReason::kBadVersion);
+  m = good;
+  m[61] = 1;  // the reserved word
   CHECK(Decode(m.data(), m.size(), &p) == DropReason::kBadVersion);
   m = good;
   m[3] = 9;
