@@ -254,24 +254,46 @@ TEST_CASE("a second daemon with a live node's id exits 2; the first is unharmed"
   CHECK(log.find("alive at " + c.node("psd-0").control_address) != std::string::npos);
 }
 
-TEST_CASE("unimplemented RPCs say so") {
-  LocalCluster c("unimpl");
+TEST_CASE("links are reported by live nodes, checked, and listed; no policy without a job") {
+  LocalCluster c("links");
   REQUIRE(c.StartSchedd().ok());
   auto stub = c.SchedulerStub();
   {
     grpc::ClientContext ctx;
     v1::GetPolicyResponse resp;
     CHECK(stub->GetPolicy(&ctx, v1::GetPolicyRequest(), &resp).error_code() ==
-          grpc::StatusCode::UNIMPLEMENTED);
+          grpc::StatusCode::NOT_FOUND);
   }
-  {
+  auto report = [&](const std::string& from, double Bps) {
     grpc::ClientContext ctx;
     v1::ReportLinksResponse resp;
     v1::ReportLinksRequest req;
     req.set_node_id("w");
-    CHECK(c.SchedulerStubAs("w", false)->ReportLinks(&ctx, req, &resp).error_code() ==
-          grpc::StatusCode::UNIMPLEMENTED);
+    v1::LinkReport* l = req.add_links();
+    l->set_from_node_id(from);
+    l->set_to_node_id("w");
+    l->set_throughput_bytes_per_second(Bps);
+    return c.SchedulerStubAs("w", false)->ReportLinks(&ctx, req, &resp).error_code();
+  };
+  CHECK(report("p", 1e6) == grpc::StatusCode::NOT_FOUND);  // not registered
+  {
+    grpc::ClientContext ctx;
+    v1::RegisterRequest r;
+    r.set_node_id("w");
+    r.set_role(v1::ROLE_WORKER);
+    r.set_control_address("127.0.0.1:9");
+    v1::RegisterResponse resp;
+    REQUIRE(c.SchedulerStubAs("w", false)->Register(&ctx, r, &resp).ok());
   }
+  CHECK(report("p", 1e6) == grpc::StatusCode::OK);
+  CHECK(report("q", -5) == grpc::StatusCode::INVALID_ARGUMENT);
+  grpc::ClientContext ctx;
+  v1::ListLinksResponse links;
+  REQUIRE(stub->ListLinks(&ctx, v1::ListLinksRequest(), &links).ok());
+  REQUIRE(links.links_size() == 1);
+  CHECK(links.links(0).from_node_id() == "p");
+  CHECK(links.links(0).throughput_bytes_per_second() == 1e6);
+  CHECK(links.links(0).measured_unix_ms() <= links.now_unix_ms());
 }
 
 TEST_CASE("bad Register requests are rejected and counted") {

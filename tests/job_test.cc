@@ -80,6 +80,51 @@ TEST_CASE("A traced job writes each round's timeline on every node") {
 // checkpoint: a round the period divides, the optimizer's step count equal
 // to it, the psd's chunks, the job's spec. With checkpoint_keep_jobs 0, a
 // first job's checkpoints are gone once a second one starts checkpointing.
+TEST_CASE("An adaptive job reports its links; schedd keeps its plan; psctl shows both") {
+  LocalCluster c("job-adaptive");
+  StartCluster(c, 2);
+  const std::string job = WriteJob(c, "job.yaml",
+                                   "name: adaptive\nmodel: mlp\niterations: 400\neval_every: 0\n"
+                                   "chunk_size: 4096\nload_policy: elastic\nupdate_time_s: 1\n"
+                                   "update_rate: 0\nprobe_chunk_num: 2\n");
+  const v1::JobStatus j = RunToEnd(c, job);
+  ProcessResult links = c.Psctl({"links", "-o", "json"});
+  INFO(links.stdout_text << links.stderr_text);
+  REQUIRE(links.exit_code == 0);
+  // Every worker-psd pair, both ways: pushes measured at the psd, pulls at the worker.
+  for (const char* psd : {"psd-0", "psd-1"}) {
+    for (const char* worker : {"worker-0", "worker-1"}) {
+      for (auto [from, to] : {std::pair{psd, worker}, std::pair{worker, psd}}) {
+        INFO(from << " -> " << to);
+        CHECK(links.stdout_text.find(absl::StrCat("\"from\":\"", from, "\",\"to\":\"", to,
+                                                  "\",\"throughput_bytes_per_second\":")) !=
+              std::string::npos);
+      }
+    }
+  }
+  ProcessResult table = c.Psctl({"links"});
+  CHECK(table.stdout_text.find("Mbit/s") != std::string::npos);
+  ProcessResult policy = c.Psctl({"policy", "show", "-o", "json"});
+  INFO(policy.stdout_text << policy.stderr_text);
+  REQUIRE(policy.exit_code == 0);
+  CHECK(policy.stdout_text.find(absl::StrCat("\"job_id\":\"", j.job_id(), "\"")) !=
+        std::string::npos);
+  CHECK(policy.stdout_text.find("\"last_decision\":\"") != std::string::npos);
+  ProcessResult shown = c.Psctl({"policy", "show"});
+  CHECK(shown.exit_code == 0);
+  CHECK(shown.stdout_text.find("CHUNKS/PSD") != std::string::npos);
+  // A plan issued mid-job reached psd 0, which sequenced it; the job
+  // still ended with every round complete.
+  if (policy.stdout_text.find("\"policy\":{\"version\":1,") == std::string::npos) {
+    CHECK(c.node("psd-0").process.Stderr().find("plan proposed") != std::string::npos);
+  }
+  for (const char* psd : {"psd-0", "psd-1"}) {
+    const v1::NodeJobStatus* n = Node(j, psd);
+    REQUIRE(n != nullptr);
+    CHECK(n->report().rounds_by_deadline() == 0);
+  }
+}
+
 TEST_CASE("A checkpointed job leaves each psd's part in its store") {
   LocalCluster c("job-ckpt");
   REQUIRE(c.StartSchedd().ok());

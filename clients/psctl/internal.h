@@ -43,6 +43,12 @@ int ExportCommand(const std::string& job_id, const std::string& file, const Conn
 int CheckpointCommand(const std::vector<std::string>& pos, const Connection& c, std::ostream& out,
                       std::ostream& err);
 
+// psctl links: the link matrix schedd holds, with ages.
+int LinksCommand(const Connection& c, std::ostream& out, std::ostream& err);
+// psctl policy show: the plan in force and the plans before it.
+int PolicyCommand(const std::vector<std::string>& pos, const Connection& c, std::ostream& out,
+                  std::ostream& err);
+
 }  // namespace psctl
 }  // namespace hetps
 

@@ -51,6 +51,9 @@ constexpr char kUsageText[] =
     "  checkpoint list [JOB_ID]  each psd's checkpoints of a job (default: the newest)\n"
     "  checkpoint show [JOB_ID] [ROUND]  one round on every psd (default: the newest\n"
     "                round all of them hold, where a recovery would resume)\n"
+    "  links         the links schedd measured (rate, RTT, age): jobs with an\n"
+    "                adaptive load_policy report them (docs/awareness.md)\n"
+    "  policy show   the active job's plan in force and the plans before it (docs/plan.md)\n"
     "  help          this text\n"
     "\n"
     "--endpoint defaults to 127.0.0.1:7070 (schedd) or $HETPS_ENDPOINT.\n"
@@ -711,7 +714,10 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     err << kUsageText;
     return kUsage;
   }
-  const size_t max_args = positional[0] == "job" ? 3 : positional[0] == "checkpoint" ? 4 : 1;
+  const size_t max_args = positional[0] == "job"          ? 3
+                          : positional[0] == "checkpoint" ? 4
+                          : positional[0] == "policy"     ? 2
+                                                          : 1;
   // job export's -o names the file to write.
   const bool exporting =
       positional[0] == "job" && positional.size() > 1 && positional[1] == "export";
@@ -793,6 +799,8 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     return ExportCommand(positional.size() > 2 ? positional[2] : "", output, conn, out, err);
   }
   if (cmd == "checkpoint") return CheckpointCommand(positional, conn, out, err);
+  if (cmd == "links") return LinksCommand(conn, out, err);
+  if (cmd == "policy") return PolicyCommand(positional, conn, out, err);
   if (cmd == "job")
     return JobCommand(positional, servers, workers, json, endpoint, channel, timeout_ms, out, err);
   auto admin = v1::Admin::NewStub(channel);

@@ -225,6 +225,7 @@ class Psd::Jobs final : public JobRunner {
     c.optimizer = spec.optimizer_config();
     c.total_iterations = static_cast<uint32_t>(latest.total_iterations());
     c.round_deadline = absl::Milliseconds(spec.round_deadline_ms);
+    c.plan_lead = static_cast<uint32_t>(spec.plan_lead_rounds);
     c.endpoint = data->config();
     c.endpoint.early_close = spec.early_close();
     ASSIGN_OR_RETURN(std::unique_ptr<TraceLog> trace,
@@ -262,10 +263,22 @@ class Psd::Jobs final : public JobRunner {
                    {"workers", static_cast<unsigned>(workers.size())}});
     absl::Status result = absl::OkStatus();
     uint64_t known = latest.roster_version();
+    uint64_t proposed = 1;  // the newest plan handed to the server (server 0 sequences them)
+    auto propose = [&](const v1::JobAssignment& a) {
+      if (index != 0 || !a.has_plan() || a.plan().version() <= proposed) return;
+      proposed = a.plan().version();
+      absl::Status s = ProposePlan(*server, a.plan(), c);
+      logger().Log(s.ok() ? LogLevel::kInfo : LogLevel::kError, "plan proposed",
+                   {{"job_id", a.job_id()},
+                    {"version", static_cast<unsigned long long>(proposed)},
+                    {"error", std::string(s.message())}});
+    };
+    propose(latest);
     while (!server->WaitFinished(absl::ZeroDuration())) {
       if (!WaitUpdate(absl::Milliseconds(100), known, &latest)) break;
       if (latest.roster_version() == known) continue;
       known = latest.roster_version();
+      propose(latest);
       absl::StatusOr<std::vector<transport::Peer>> live = LiveWorkers(latest);
       if (live.ok()) {
         logger().Info("workers changed",
@@ -332,6 +345,10 @@ class Psd::Jobs final : public JobRunner {
 
   void OnHeartbeatTick() override {
     data_metrics_.Update(CombinedStats(*psd_->endpoint_, psd_->tcp_.get()));
+  }
+
+  std::vector<transport::PeerEstimate> PeerEstimates() const override {
+    return CombinedStats(*psd_->endpoint_, psd_->tcp_.get()).peers;
   }
 
  private:
@@ -570,6 +587,18 @@ class Psd::Jobs final : public JobRunner {
     checkpoint_unix_seconds_->Set(double(w.last_unix_ms) / 1e3);
   }
 
+  // schedd's plan (docs/plan.md) to server 0, which picks when it starts.
+  static absl::Status ProposePlan(ps::ShardServer& server, const v1::Policy& plan,
+                                  const ps::ShardServerConfig& c) {
+    ASSIGN_OR_RETURN(ps::ChunkLayout layout, ps::ChunkLayout::Create(c.num_params, c.chunk_floats));
+    ASSIGN_OR_RETURN(ps::ChunkMap map,
+                     ps::ChunkMap::FromOwners(layout, c.num_servers,
+                                              std::vector<uint32_t>(plan.chunk_server().begin(),
+                                                                    plan.chunk_server().end()),
+                                              plan.version()));
+    return server.ProposePlan(map, 0);
+  }
+
   static absl::StatusOr<std::vector<transport::Peer>> LiveWorkers(const v1::JobAssignment& a) {
     return DataPeersOf(a.workers(), /*live_only=*/true);
   }
@@ -635,6 +664,7 @@ absl::Status Psd::Start() {
                             job, ": draining it loses that shard and fails the job");
       }));
   jobs_ = std::make_unique<Jobs>(this);
+  mux_.SetObserver(&jobs_->link_meter());
   jobs_view_.store(jobs_.get());
   jobs_->Start();
   agent_ =
@@ -650,6 +680,7 @@ void Psd::Shutdown() {
   // Leave the cluster first so schedd reports LEFT rather than DEAD.
   if (agent_) agent_->Stop();
   if (jobs_) jobs_->Shutdown();
+  mux_.SetObserver(nullptr);
   if (endpoint_) endpoint_->Shutdown();
   if (tcp_) tcp_->Shutdown();
   if (runtime_) runtime_->StopControl();

@@ -367,12 +367,40 @@ void JobTable::LoseMember(Job& j, Member* m, const char* why) {
   Advance(j);
 }
 
+std::optional<v1::JobAssignment> JobTable::Running() const {
+  absl::MutexLock lock(&mu_);
+  if (jobs_.empty() || jobs_.back().assignment.state() != v1::JOB_STATE_RUNNING) {
+    return std::nullopt;
+  }
+  return jobs_.back().assignment;
+}
+
+bool JobTable::IssuePlan(const v1::Policy& plan) {
+  absl::MutexLock lock(&mu_);
+  if (jobs_.empty()) return false;
+  Job& j = jobs_.back();
+  v1::JobAssignment& a = j.assignment;
+  if (a.state() != v1::JOB_STATE_RUNNING || a.job_id() != plan.job_id() ||
+      a.recovery_epoch() != plan.recovery_epoch()) {
+    return false;
+  }
+  *a.mutable_plan() = plan;
+  a.set_roster_version(a.roster_version() + 1);
+  Save(j, true);
+  log_.Info("plan issued", {{"job_id", a.job_id()},
+                            {"version", static_cast<unsigned long long>(plan.version())},
+                            {"changed_fraction", plan.changed_fraction()}});
+  return true;
+}
+
 void JobTable::BeginRecovery(Job& j, const std::string& why) {
   v1::JobAssignment& a = j.assignment;
   if (absl::Status s = NewKey(&a); !s.ok()) {
     Finish(j, v1::JOB_STATE_FAILED, absl::StrCat(why, "; recovery: ", s.message()));
     return;
   }
+  // Every psd resumes from a checkpoint of its even-split part.
+  a.clear_plan();
   a.set_recovery_epoch(a.recovery_epoch() + 1);
   a.set_state(v1::JOB_STATE_RECOVERING);
   a.set_start(false);

@@ -42,6 +42,7 @@
 #define HETPS_DAEMONS_SCHEDD_JOB_TABLE_H_
 
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,14 @@ class JobTable {
   // (saved before the node hears of it).
   uint64_t next_incarnation() const;
   void SetNextIncarnation(uint64_t next);
+
+  // The newest job when it is RUNNING: its assignment (policy loop).
+  std::optional<v1::JobAssignment> Running() const;
+  // A new plan for the running job in its recovery epoch (the plan's
+  // job_id and recovery_epoch): members get it with the assignment, and
+  // server 0 sequences it (docs/plan.md). False when that job or epoch is
+  // no longer running.
+  bool IssuePlan(const v1::Policy& plan);
 
   // Counts for metrics: jobs ever submitted per final or current state.
   std::vector<std::pair<v1::JobState, int>> StateCounts() const;

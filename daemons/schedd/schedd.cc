@@ -11,8 +11,10 @@
 #include "lib/base/net_address.h"
 #include "lib/base/status_macros.h"
 #include "lib/base/version.h"
+#include "lib/job/job_spec.h"
 #include "lib/rpc/grpc_util.h"
 #include "lib/rpc/membership_proto.h"
+#include "lib/train/model.h"
 #include "proto/hetps/v1/scheduler.grpc.pb.h"
 
 namespace hetps {
@@ -142,6 +144,7 @@ class Schedd::Metrics {
 class Schedd::Service final : public v1::Scheduler::Service {
  public:
   static constexpr size_t kSpecBytesMax = 64 << 10;
+  static constexpr int kLinksPerReportMax = 4096;
 
   Service(Schedd* schedd) : s_(schedd), log_(schedd->runtime_->logger().WithComponent("rpc")) {}
 
@@ -229,9 +232,44 @@ class Schedd::Service final : public v1::Scheduler::Service {
       s_->metrics_->Rpc("ReportLinks", a.error_code());
       return a;
     }
-    s_->metrics_->Rpc("ReportLinks", grpc::StatusCode::UNIMPLEMENTED);
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        "ReportLinks is not implemented in this schedd version yet");
+    absl::optional<NodeRecord> node = s_->membership_->Get(req->node_id());
+    if (!node.has_value() || node->state != NodeState::kAlive) {
+      s_->metrics_->Rpc("ReportLinks", grpc::StatusCode::NOT_FOUND);
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          absl::StrCat("node ", req->node_id(), " is not registered and alive"));
+    }
+    if (req->links_size() > kLinksPerReportMax) {
+      s_->metrics_->Rpc("ReportLinks", grpc::StatusCode::INVALID_ARGUMENT);
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat(req->links_size(), " links in one report; at most ", kLinksPerReportMax));
+    }
+    grpc::Status st;
+    {
+      absl::MutexLock lock(&s_->policy_mu_);
+      const int64_t now = absl::ToUnixMillis(s_->clock_->Now());
+      for (const v1::LinkReport& l : req->links()) {
+        absl::Status s = s_->links_.Record(req->node_id(), l, now);
+        if (!s.ok() && st.ok()) st = ToGrpcStatus(s);  // the others are kept
+      }
+    }
+    s_->metrics_->Rpc("ReportLinks", st.error_code());
+    return st;
+  }
+
+  grpc::Status ListLinks(grpc::ServerContext* ctx, const v1::ListLinksRequest*,
+                         v1::ListLinksResponse* resp) override {
+    if (grpc::Status a = authz().RequireAny(ctx, "ListLinks"); !a.ok()) {
+      s_->metrics_->Rpc("ListLinks", a.error_code());
+      return a;
+    }
+    {
+      absl::MutexLock lock(&s_->policy_mu_);
+      for (v1::LinkReport& l : s_->links_.All()) *resp->add_links() = std::move(l);
+    }
+    resp->set_now_unix_ms(absl::ToUnixMillis(s_->clock_->Now()));
+    s_->metrics_->Rpc("ListLinks", grpc::StatusCode::OK);
+    return grpc::Status::OK;
   }
 
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
@@ -279,14 +317,22 @@ class Schedd::Service final : public v1::Scheduler::Service {
   }
 
   grpc::Status GetPolicy(grpc::ServerContext* ctx, const v1::GetPolicyRequest*,
-                         v1::GetPolicyResponse*) override {
+                         v1::GetPolicyResponse* resp) override {
     if (grpc::Status a = authz().RequireAny(ctx, "GetPolicy"); !a.ok()) {
       s_->metrics_->Rpc("GetPolicy", a.error_code());
       return a;
     }
-    s_->metrics_->Rpc("GetPolicy", grpc::StatusCode::UNIMPLEMENTED);
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        "GetPolicy is not implemented in this schedd version yet");
+    absl::MutexLock lock(&s_->policy_mu_);
+    if (s_->policy_.job_id().empty()) {
+      s_->metrics_->Rpc("GetPolicy", grpc::StatusCode::NOT_FOUND);
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          "no job with an adaptive load_policy has run since schedd started");
+    }
+    *resp->mutable_policy() = s_->policy_.current();
+    for (const v1::Policy& p : s_->policy_.history()) *resp->add_history() = p;
+    resp->set_last_decision(s_->policy_.last_decision());
+    s_->metrics_->Rpc("GetPolicy", grpc::StatusCode::OK);
+    return grpc::Status::OK;
   }
 
  private:
@@ -461,9 +507,36 @@ void Schedd::ReaperLoop() {
     if (changed) metrics_->Refresh(*membership_);
     // The node list only when a recovery is due (it copies the table).
     jobs_->Tick(jobs_->RecoveryDue() ? membership_->List(false) : std::vector<NodeRecord>());
+    RunPolicy();
     metrics_->RefreshJobs(*jobs_);
   }
   membership_->Unwatch(sub);
+}
+
+void Schedd::RunPolicy() {
+  std::optional<v1::JobAssignment> a = jobs_->Running();
+  if (!a.has_value()) return;
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(a->spec_yaml(), a->job_id());
+  if (!spec.ok() || !spec->adaptive()) return;
+  absl::MutexLock lock(&policy_mu_);
+  if (chunks_for_ != a->job_id()) {
+    absl::StatusOr<train::ModelSpec> model = train::BuiltinModel(spec->model);
+    absl::StatusOr<size_t> params =
+        model.ok() ? train::Model::CountParameters(*model) : model.status();
+    if (!params.ok()) return;
+    chunks_for_ = a->job_id();
+    num_chunks_ = int64_t((*params + spec->chunk_size - 1) / spec->chunk_size);
+  }
+  PolicyJob job;
+  job.job_id = a->job_id();
+  job.recovery_epoch = a->recovery_epoch();
+  job.load_policy = spec->load_policy;
+  job.update_time_ms = spec->update_time_s * 1000;
+  job.update_rate = spec->update_rate;
+  job.num_chunks = num_chunks_;
+  for (const v1::JobMember& m : a->servers()) job.servers.push_back(m.node_id());
+  std::optional<v1::Policy> plan = policy_.Tick(job, links_, absl::ToUnixMillis(clock_->Now()));
+  if (plan.has_value()) jobs_->IssuePlan(*plan);
 }
 
 void Schedd::Shutdown() {

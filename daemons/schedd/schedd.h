@@ -14,6 +14,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "daemons/schedd/job_table.h"
+#include "daemons/schedd/policy_loop.h"
 #include "lib/base/clock.h"
 #include "lib/config/config.h"
 #include "lib/daemon/common_config.h"
@@ -59,6 +60,8 @@ class Schedd final : public Daemon {
 
   Schedd(const ScheddConfig& config, const Clock* clock);
   void ReaperLoop();
+  // The active job's policy loop (policy_loop.h): a new plan when due.
+  void RunPolicy();
 
   const ScheddConfig config_;
   const Clock* const clock_;
@@ -67,6 +70,12 @@ class Schedd final : public Daemon {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<ScheddStore> store_;  // before jobs_: it outlives the table
   std::unique_ptr<JobTable> jobs_;
+  // Network awareness and plans (ReportLinks, ListLinks, GetPolicy).
+  absl::Mutex policy_mu_;
+  LinkTable links_ ABSL_GUARDED_BY(policy_mu_);
+  PolicyLoop policy_ ABSL_GUARDED_BY(policy_mu_);
+  std::string chunks_for_ ABSL_GUARDED_BY(policy_mu_);  // the job num_chunks_ is of
+  int64_t num_chunks_ ABSL_GUARDED_BY(policy_mu_) = 0;
   std::unique_ptr<Service> service_;
   std::thread reaper_;
   absl::Notification stop_;

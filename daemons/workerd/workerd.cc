@@ -194,6 +194,10 @@ class Workerd::Jobs final : public JobRunner {
     data_metrics_.Update(CombinedStats(*w_->endpoint_, w_->tcp_.get()));
   }
 
+  std::vector<transport::PeerEstimate> PeerEstimates() const override {
+    return CombinedStats(*w_->endpoint_, w_->tcp_.get()).peers;
+  }
+
  private:
   static absl::StatusOr<std::vector<transport::Peer>> ServersOf(const v1::JobAssignment& a) {
     return DataPeersOf(a.servers(), /*live_only=*/false);
@@ -273,6 +277,7 @@ absl::Status Workerd::Start() {
                             "and never sees this worker's data shard again");
       }));
   jobs_ = std::make_unique<Jobs>(this);
+  mux_.SetObserver(&jobs_->link_meter());
   jobs_view_.store(jobs_.get());
   jobs_->Start();
   agent_ =
@@ -288,6 +293,7 @@ void Workerd::Shutdown() {
   // Leave the cluster first so schedd reports LEFT rather than DEAD.
   if (agent_) agent_->Stop();
   if (jobs_) jobs_->Shutdown();
+  mux_.SetObserver(nullptr);
   if (endpoint_) endpoint_->Shutdown();
   if (tcp_) tcp_->Shutdown();
   if (runtime_) runtime_->StopControl();

@@ -1,5 +1,7 @@
 #include "lib/daemon/job_runner.h"
 
+#include "lib/daemon/data_plane.h"
+
 namespace hetps {
 namespace {
 
@@ -71,6 +73,31 @@ bool JobRunner::FillJobReport(v1::NodeJobReport* r) {
   return true;
 }
 
+void JobRunner::TakeLinkReports(const std::string& self, std::vector<v1::LinkReport>* out) {
+  absl::flat_hash_map<std::string, std::string> names;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!has_job_ || !adaptive_) return;
+    names = PeerNamesOf(current_);
+  }
+  std::vector<LinkSample> changed = meter_.TakeChanged();
+  if (changed.empty()) return;
+  const std::vector<transport::PeerEstimate> peers = PeerEstimates();
+  for (const LinkSample& s : changed) {
+    auto name = names.find(s.from.ToString());
+    if (name == names.end()) continue;  // not a member of this job
+    v1::LinkReport l;
+    l.set_from_node_id(name->second);
+    l.set_to_node_id(self);
+    l.set_throughput_bytes_per_second(s.bytes_per_s);
+    l.set_bytes_observed(s.bytes);
+    for (const transport::PeerEstimate& p : peers) {
+      if (p.peer == s.from && p.rtprop_us > 0) l.set_rtt_ms(p.rtprop_us / 1e3);
+    }
+    out->push_back(std::move(l));
+  }
+}
+
 void JobRunner::OnJobAssignment(const v1::JobAssignment& a) {
   bool stop_job = false;
   {
@@ -130,6 +157,16 @@ void JobRunner::Loop() {
     }
     absl::Status s;
     absl::StatusOr<JobSpec> spec = ParseJobSpec(a.spec_yaml(), a.job_id());
+    // Links are measured afresh for each job (other peers, other paths).
+    meter_.Reset();
+    if (spec.ok()) {
+      meter_.SetConfig(
+          {uint64_t(spec->probe_chunk_bytes), uint32_t(spec->probe_chunk_num), spec->report_rate});
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      adaptive_ = spec.ok() && spec->adaptive();
+    }
     s = spec.ok() ? RunJob(a, *spec) : spec.status();
     absl::MutexLock lock(&mu_);
     running_ = false;

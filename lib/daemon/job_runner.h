@@ -23,11 +23,13 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "lib/base/log.h"
+#include "lib/daemon/link_meter.h"
 #include "lib/daemon/scheduler_agent.h"
 #include "lib/job/job_spec.h"
 #include "proto/hetps/v1/scheduler.pb.h"
@@ -48,6 +50,12 @@ class JobRunner : public JobHandler {
   // or empty.
   std::string ActiveJob() const;
   void OnJobAssignment(const v1::JobAssignment& assignment) final;
+  // With an adaptive load_policy: the links into this node whose rate
+  // moved by more than the job's report_rate (link_meter.h).
+  void TakeLinkReports(const std::string& self, std::vector<v1::LinkReport>* out) final;
+  // Measures the links into this node from the flows its job receives:
+  // install it as the data plane mux's observer.
+  LinkMeter& link_meter() { return meter_; }
 
  protected:
   // Runs this node's part of the job to its end. An error is reported to
@@ -57,6 +65,8 @@ class JobRunner : public JobHandler {
   virtual void FillProgress(v1::NodeJobReport* report) = 0;
   // Before every heartbeat, job or not (e.g. to refresh metrics).
   virtual void OnHeartbeatTick() {}
+  // The data plane's per-peer estimates (RTT of each link reported).
+  virtual std::vector<transport::PeerEstimate> PeerEstimates() const { return {}; }
 
   // For RunJob: its part is built and listening.
   void MarkReady();
@@ -72,6 +82,7 @@ class JobRunner : public JobHandler {
   void Loop();
 
   const Logger log_;
+  LinkMeter meter_;
   std::thread thread_;
   mutable absl::Mutex mu_;
   absl::CondVar changed_;
@@ -86,6 +97,7 @@ class JobRunner : public JobHandler {
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   std::string error_ ABSL_GUARDED_BY(mu_);
+  bool adaptive_ ABSL_GUARDED_BY(mu_) = false;  // the running job reports its links
 };
 
 }  // namespace hetps

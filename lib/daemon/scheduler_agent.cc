@@ -37,6 +37,12 @@ SchedulerAgent::SchedulerAgent(const AgentConfig& config, NodeRuntime* runtime,
   heartbeats_ok_ = &hbs.Add({{"result", "ok"}});
   heartbeats_failed_ = &hbs.Add({{"result", "error"}});
   heartbeats_rejected_ = &hbs.Add({{"result", "rejected"}});
+  auto& links = prometheus::BuildCounter()
+                    .Name(p + "_link_reports_total")
+                    .Help("ReportLinks calls to schedd (links measured into this node), by result.")
+                    .Register(r);
+  link_reports_ok_ = &links.Add({{"result", "ok"}});
+  link_reports_failed_ = &links.Add({{"result", "error"}});
 }
 
 SchedulerAgent::~SchedulerAgent() { Stop(); }
@@ -122,6 +128,7 @@ bool SchedulerAgent::HeartbeatOnce() {
   SetDeadline(&ctx, absl::Milliseconds(config_.rpc_timeout_ms));
   grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
   if (s.ok() && jobs_ != nullptr && resp.has_job()) jobs_->OnJobAssignment(resp.job());
+  if (s.ok() && jobs_ != nullptr) ReportLinks();
   absl::MutexLock lock(&mu_);
   if (s.ok()) {
     heartbeats_ok_->Increment();
@@ -145,6 +152,27 @@ bool SchedulerAgent::HeartbeatOnce() {
   connected_ = false;
   connected_gauge_->Set(0);
   return true;
+}
+
+void SchedulerAgent::ReportLinks() {
+  std::vector<v1::LinkReport> links;
+  jobs_->TakeLinkReports(runtime_->node_id(), &links);
+  if (links.empty()) return;
+  v1::ReportLinksRequest req;
+  req.set_node_id(runtime_->node_id());
+  for (v1::LinkReport& l : links) *req.add_links() = std::move(l);
+  v1::ReportLinksResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, absl::Milliseconds(config_.rpc_timeout_ms));
+  grpc::Status s = stub_->ReportLinks(&ctx, req, &resp);
+  // Best effort: a link lost here is reported again when it moves.
+  if (s.ok()) {
+    link_reports_ok_->Increment();
+  } else {
+    link_reports_failed_->Increment();
+    logger_.Warn("link report refused",
+                 {{"code", static_cast<int>(s.error_code())}, {"error", s.error_message()}});
+  }
 }
 
 void SchedulerAgent::Run() {

@@ -30,6 +30,9 @@ class JobHandler {
   virtual bool FillJobReport(v1::NodeJobReport* report) = 0;
   // An assignment from a heartbeat response (agent thread). Must not block.
   virtual void OnJobAssignment(const v1::JobAssignment& assignment) = 0;
+  // After each heartbeat (agent thread): links into this node (`self`)
+  // to report to schedd (ReportLinks); none by default.
+  virtual void TakeLinkReports(const std::string& self, std::vector<v1::LinkReport>* out) {}
 };
 
 class SchedulerAgent {
@@ -55,6 +58,8 @@ class SchedulerAgent {
   bool RegisterOnce();
   // Returns false when schedd asked us to register again.
   bool HeartbeatOnce();
+  // Sends what jobs_->TakeLinkReports gives (best effort).
+  void ReportLinks();
 
   const AgentConfig config_;
   NodeRuntime* const runtime_;
@@ -79,6 +84,8 @@ class SchedulerAgent {
   prometheus::Counter* heartbeats_ok_;
   prometheus::Counter* heartbeats_failed_;
   prometheus::Counter* heartbeats_rejected_;
+  prometheus::Counter* link_reports_ok_;
+  prometheus::Counter* link_reports_failed_;
 };
 
 }  // namespace hetps

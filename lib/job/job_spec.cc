@@ -65,6 +65,23 @@ void Bind(ConfigSchema& s, JobSpec& j) {
            "ltp: initial LT threshold = this x RTprop + size / BtlBw", 0, 100);
   s.Int("ltp_lt_fixed_ms", &j.ltp_lt_fixed_ms, "ltp: fixed LT threshold (0: measured)", 0,
         3'600'000);
+  s.Enum("load_policy", &j.load_policy,
+         "chunks per psd: average (even, fixed), or recomputed from measured links: elastic "
+         "(in proportion to throughput), adlb-alg1 (ADLB Algorithm 1), adlb (exact optimum)",
+         {"average", "elastic", "adlb-alg1", "adlb"});
+  s.Int("update_time_s", &j.update_time_s, "seconds between policy decisions (UPDATE_TIME)", 1,
+        86'400);
+  s.Double("update_rate", &j.update_rate,
+           "a new plan is issued when at least this fraction of it changed (UPDATE_RATE)", 0, 1);
+  s.Double("report_rate", &j.report_rate,
+           "a link is reported again when its rate moved by this fraction (REPORT_RATE)", 0, 1);
+  s.Int("probe_chunk_bytes", &j.probe_chunk_bytes,
+        "flows smaller than this are not used to measure links (PROBE_CHUNK_SIZE)", 1024,
+        int64_t(1) << 32);
+  s.Int("probe_chunk_num", &j.probe_chunk_num,
+        "flows per link estimate, their median (PROBE_CHUNK_NUM)", 1, 64);
+  s.Int("plan_lead_rounds", &j.plan_lead_rounds,
+        "a new plan starts this many rounds after psd 0 announces it", 1, 1000);
 }
 
 absl::Status Validate(const JobSpec& j, absl::string_view origin) {

@@ -59,6 +59,18 @@ struct JobSpec {
   int64_t ltp_slack_ms = 30;               // C: deadline = max(LT) + C (30 datacenter, 100 WAN)
   double ltp_lt_factor = 1.5;              // initial LT = factor x RTprop + size / BtlBw
   int64_t ltp_lt_fixed_ms = 0;             // > 0: fixed LT instead of the measured one
+  // Load distribution over the psds (docs/plan.md, docs/policy.md):
+  // average (the even split, fixed), or a plan schedd recomputes from the
+  // measured links every update_time_s: elastic (shares follow
+  // throughput), adlb-alg1 (ADLB's Algorithm 1) or adlb (the exact optimum).
+  std::string load_policy = "average";
+  int64_t update_time_s = 10;  // UPDATE_TIME: seconds between policy decisions
+  double update_rate = 0.1;    // UPDATE_RATE: a plan is issued when this much of it changed
+  double report_rate = 0.1;    // REPORT_RATE: a link is reported again when it moved this much
+  int64_t probe_chunk_bytes = 64 << 10;  // PROBE_CHUNK_SIZE: smaller flows are not probes
+  int64_t probe_chunk_num = 4;           // PROBE_CHUNK_NUM: probes per link estimate (median)
+  int64_t plan_lead_rounds = 2;          // a plan starts this many rounds after psd 0 announces it
+  bool adaptive() const { return load_policy != "average"; }
 
   bool loss_tolerant() const { return transport == "ltp"; }
   // TCP_CONGESTION name for the tcp transport ("" = the kernel default).

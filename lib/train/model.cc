@@ -80,7 +80,17 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec, Back
   }
   auto m = std::unique_ptr<Model>(new Model(spec, backend, batch_max));
   RETURN_IF_ERROR(m->Build());
+  RETURN_IF_ERROR(m->Allocate());
   return m;
+}
+
+absl::StatusOr<size_t> Model::CountParameters(const ModelSpec& spec) {
+  if (spec.in_channels <= 0 || spec.in_height <= 0 || spec.in_width <= 0 || spec.classes < 2) {
+    return absl::InvalidArgumentError("model: input shape and classes must be positive");
+  }
+  Model m(spec, nullptr, 1);
+  RETURN_IF_ERROR(m.Build());
+  return m.num_params_;
 }
 
 absl::Status Model::Build() {
@@ -158,7 +168,10 @@ absl::Status Model::Build() {
     return absl::InvalidArgumentError(absl::StrCat("model: the last layer must produce ",
                                                    spec_.classes, " outputs, not ", c * h * w));
   }
+  return absl::OkStatus();
+}
 
+absl::Status Model::Allocate() {
   auto alloc = [&](size_t n) -> absl::StatusOr<float*> {
     ASSIGN_OR_RETURN(float* p, backend_->Alloc(n));
     owned_.push_back(p);

@@ -73,6 +73,8 @@ class Model {
   // `batch_max` bounds every call's sample count (buffers are sized for it).
   static absl::StatusOr<std::unique_ptr<Model>> Create(const ModelSpec& spec, Backend* backend,
                                                        int batch_max);
+  // Parameters of `spec`, without a backend or any buffer.
+  static absl::StatusOr<size_t> CountParameters(const ModelSpec& spec);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -115,7 +117,9 @@ class Model {
 
  private:
   Model(ModelSpec spec, Backend* backend, int batch_max);
+  // The layers and tensors (shapes only), then the backend's buffers.
   absl::Status Build();
+  absl::Status Allocate();
   absl::Status UploadBatch(const float* x, const uint8_t* labels, int n);
   void Forward(int n);
 

@@ -224,6 +224,7 @@ TEST_CASE("built-in models have the documented layouts", "[model]") {
     auto m = Model::Create(*spec, backend.get(), 4);
     REQUIRE(m.ok());
     CHECK((*m)->num_params() == w.params);
+    CHECK(*Model::CountParameters(*spec) == w.params);  // without a backend
     CHECK((*m)->tensors().size() == w.tensors);
     size_t next = 0;
     for (const TensorInfo& t : (*m)->tensors()) {

@@ -230,6 +230,7 @@ struct FlowResult {
   uint32_t plan = 0;  // the flow's Header::plan
   uint32_t total_packets = 0;
   uint32_t received = 0;  // distinct packets delivered by OnData
+  uint64_t bytes = 0;     // their payload bytes
   CloseReason reason = CloseReason::kComplete;
   // The endpoint's clock (FlowTiming): first and last packet's arrival,
   // and the close (0 where the transport does not say).

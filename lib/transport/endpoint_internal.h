@@ -97,6 +97,7 @@ struct RecvFlow {
   uint32_t received = 0;
   uint32_t iteration = 0;
   uint32_t plan = 0;
+  uint64_t bytes = 0;  // payload delivered
   uint64_t last_us = 0;
   std::vector<uint64_t> bitmap;
   // Loss-tolerant flows (Early Close).

@@ -94,6 +94,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
   link.last_us = now;
   receiver->OnData(from, h, p.payload);
   ++f.received;
+  f.bytes += h.payload_bytes;
   while (f.prefix < f.total && f.has(f.prefix)) ++f.prefix;
   if (f.lossy) {
     if (h.flags & kFlagCriticalEnd) f.critical_end = h.seq;
@@ -156,6 +157,7 @@ void Endpoint::Impl::CloseFlow(const RecvKey& key, CloseReason reason) {
   r.plan = f.plan;
   r.total_packets = f.total;
   r.received = f.received;
+  r.bytes = f.bytes;
   r.reason = reason;
   r.first_us = f.start_us;
   r.last_us = f.last_us;

@@ -2,7 +2,9 @@
 // long-lived Endpoint (a daemon's data address) serves one job after
 // another. With no target, every flow is refused (counted as "unexpected"
 // by the endpoint). Set() waits until no callback is running into the old
-// target, so the caller may destroy it afterwards. Thread-safe.
+// target, so the caller may destroy it afterwards. An observer, when set,
+// is told of every flow the target took to its end (link awareness).
+// Thread-safe.
 #ifndef HETPS_LIB_TRANSPORT_RECEIVER_MUX_H_
 #define HETPS_LIB_TRANSPORT_RECEIVER_MUX_H_
 
@@ -12,8 +14,19 @@
 namespace hetps {
 namespace transport {
 
+class FlowObserver {
+ public:
+  virtual ~FlowObserver() = default;
+  virtual void OnFlow(const Peer& from, const FlowResult& result) = 0;
+};
+
 class ReceiverMux final : public Receiver {
  public:
+  // Not owned; must outlive its use here (until SetObserver(nullptr)).
+  void SetObserver(FlowObserver* observer) {
+    absl::WriterMutexLock lock(&mu_);
+    observer_ = observer;
+  }
   void Set(Receiver* target) {
     absl::WriterMutexLock lock(&mu_);
     target_ = target;
@@ -29,12 +42,15 @@ class ReceiverMux final : public Receiver {
   }
   void OnFlowDone(const Peer& from, const FlowResult& result) override {
     absl::ReaderMutexLock lock(&mu_);
-    if (target_ != nullptr) target_->OnFlowDone(from, result);
+    if (target_ == nullptr) return;
+    target_->OnFlowDone(from, result);
+    if (observer_ != nullptr) observer_->OnFlow(from, result);
   }
 
  private:
   absl::Mutex mu_;
   Receiver* target_ ABSL_GUARDED_BY(mu_) = nullptr;
+  FlowObserver* observer_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace transport

@@ -84,6 +84,8 @@ struct InFlow {
   uint32_t iteration = 0;
   uint32_t plan = 0;
   uint32_t received = 0;
+  uint64_t bytes = 0;
+  uint64_t first_us = 0;
   uint64_t last_us = 0;
   std::vector<uint64_t> bitmap;
 };
@@ -708,6 +710,7 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
     f.total = h.total_packets;
     f.iteration = h.iteration;
     f.plan = h.plan;
+    f.first_us = NowMicros();
     f.bitmap.assign(RecvBitmapWords(h.total_packets), 0);
     it = c->flows.emplace(h.flow_id, std::move(f)).first;
   }
@@ -725,6 +728,7 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
   }
   word |= bit;
   receiver->OnData(c->peer, h, p.payload);
+  f.bytes += h.payload_bytes;
   if (++f.received < f.total) return true;
   FlowResult r;
   r.flow_id = h.flow_id;
@@ -732,6 +736,9 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
   r.plan = f.plan;
   r.total_packets = f.total;
   r.received = f.received;
+  r.bytes = f.bytes;
+  r.first_us = f.first_us;
+  r.last_us = f.last_us;
   r.closed_us = NowMicros();
   EraseInFlow(c, it);
   ++stats.flows_received;

@@ -1,0 +1,96 @@
+// What schedd knows of the network and how it turns it into plans
+// (docs/plan.md, docs/awareness.md).
+//
+// LinkTable: the newest report of each directed link between nodes, with
+// when it came. PolicyLoop: for the active job with an adaptive
+// load_policy, every update_time_s, the throughput of each psd (the
+// median of the links measured to and from it) goes through lib/policy's
+// solver for the job's policy; the shares become chunk counts (largest
+// remainders), the counts a chunk map that moves as few chunks as possible
+// from the plan in force (RebalanceChunks), and the map is issued as the
+// next version when at least update_rate of it changed (policy::Update).
+// Pure values with the time passed in; thread-compatible (schedd guards).
+#ifndef HETPS_DAEMONS_SCHEDD_POLICY_LOOP_H_
+#define HETPS_DAEMONS_SCHEDD_POLICY_LOOP_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/hetps/v1/scheduler.pb.h"
+
+namespace hetps {
+
+class LinkTable {
+ public:
+  // At most this many links are kept (the oldest report goes first).
+  static constexpr size_t kLinksMax = 65536;
+
+  // Checks and records one report made by `reporter` (a link into it:
+  // to_node_id must be the reporter). InvalidArgument says why not.
+  absl::Status Record(const std::string& reporter, const v1::LinkReport& link, int64_t now_ms);
+  // Every link, by (from, to), with measured_unix_ms set to when schedd
+  // received its newest report.
+  std::vector<v1::LinkReport> All() const;
+  const v1::LinkReport* Find(const std::string& from, const std::string& to) const;
+  void Clear() { links_.clear(); }
+
+ private:
+  std::map<std::pair<std::string, std::string>, v1::LinkReport> links_;
+};
+
+// Chunk counts per server in proportion to `shares` (each >= 0, sum > 0),
+// summing to `chunks`: floors, then the largest remainders (ties: lower
+// index). O(S log S).
+std::vector<int64_t> ChunkCounts(const std::vector<double>& shares, int64_t chunks);
+
+// The shares of `load_policy` (elastic, adlb-alg1, adlb) for servers of
+// these throughputs (bytes/s, each > 0), as fractions of the model.
+absl::StatusOr<std::vector<double>> PolicyShares(const std::string& load_policy,
+                                                 const std::vector<double>& throughput_Bps);
+
+struct PolicyJob {
+  std::string job_id;
+  uint32_t recovery_epoch = 0;
+  std::string load_policy;
+  int64_t update_time_ms = 10'000;
+  double update_rate = 0.1;
+  int64_t num_chunks = 0;
+  std::vector<std::string> servers;  // node ids by server index
+};
+
+class PolicyLoop {
+ public:
+  // The history kept per job.
+  static constexpr size_t kHistoryMax = 64;
+
+  // A new plan to issue (version > 1), or none: not due yet, links not all
+  // measured (each psd needs one link measured within 3 update periods),
+  // or too little changed. A job or recovery epoch it has not seen starts
+  // from version 1 (the even split). `why` says what happened (status).
+  std::optional<v1::Policy> Tick(const PolicyJob& job, const LinkTable& links, int64_t now_ms);
+
+  // The job's plan in force at schedd (version 1 before any), and the
+  // plans issued, oldest first.
+  const v1::Policy& current() const { return current_; }
+  const std::vector<v1::Policy>& history() const { return history_; }
+  const std::string& job_id() const { return job_id_; }
+  // What the last Tick decided, for psctl policy show.
+  const std::string& last_decision() const { return last_decision_; }
+
+ private:
+  std::string job_id_;
+  uint32_t epoch_ = 0;
+  int64_t next_ms_ = 0;
+  v1::Policy current_;
+  std::vector<v1::Policy> history_;
+  std::string last_decision_;
+};
+
+}  // namespace hetps
+
+#endif  // HETPS_DAEMONS_SCHEDD_POLICY_LOOP_H_

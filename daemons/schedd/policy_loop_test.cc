@@ -1,0 +1,108 @@
+#include "daemons/schedd/policy_loop.h"
+
+#include <catch2/catch.hpp>
+
+namespace hetps {
+namespace {
+
+v1::LinkReport Link(const std::string& from, const std::string& to, double Bps) {
+  v1::LinkReport l;
+  l.set_from_node_id(from);
+  l.set_to_node_id(to);
+  l.set_throughput_bytes_per_second(Bps);
+  return l;
+}
+
+TEST_CASE("chunk counts follow the shares and sum to the chunks", "[policy]") {
+  CHECK(ChunkCounts({1, 1, 1}, 10) == std::vector<int64_t>{4, 3, 3});
+  CHECK(ChunkCounts({0.5, 0.25, 0.25}, 7) == std::vector<int64_t>{3, 2, 2});
+  CHECK(ChunkCounts({0, 1}, 5) == std::vector<int64_t>{0, 5});
+  CHECK(ChunkCounts({0, 0}, 5) == std::vector<int64_t>{0, 0});
+}
+
+TEST_CASE("the link table checks what a node reports", "[policy]") {
+  LinkTable t;
+  CHECK(t.Record("b", Link("a", "b", 1e6), 5).ok());
+  CHECK(t.Find("a", "b")->measured_unix_ms() == 5);
+  CHECK(!t.Record("c", Link("a", "b", 1e6), 5).ok());  // not into the reporter
+  CHECK(!t.Record("b", Link("b", "b", 1e6), 5).ok());
+  CHECK(!t.Record("b", Link("a", "b", -1), 5).ok());
+  CHECK(!t.Record("b", Link("a", "b", std::nan("")), 5).ok());
+  v1::LinkReport lossy = Link("a", "b", 1e6);
+  lossy.set_loss_fraction(2);
+  CHECK(!t.Record("b", lossy, 5).ok());
+  CHECK(t.All().size() == 1);
+}
+
+TEST_CASE("the policy loop issues a plan when the links say so, and not for noise", "[policy]") {
+  PolicyJob job;
+  job.job_id = "job-1";
+  job.load_policy = "adlb";
+  job.update_time_ms = 1000;
+  job.update_rate = 0.1;
+  job.num_chunks = 40;
+  job.servers = {"p0", "p1", "p2", "p3"};
+  LinkTable links;
+  PolicyLoop loop;
+  CHECK(!loop.Tick(job, links, 0));  // the job is new: version 1, the even split
+  CHECK(loop.current().version() == 1);
+  CHECK(loop.current().chunk_server_size() == 40);
+  CHECK(!loop.Tick(job, links, 1000));  // nothing measured
+  CHECK(loop.last_decision().find("no link of p0") != std::string::npos);
+
+  // Four hosts, rates spanning 10x: each psd's links are its host's.
+  const double rate[] = {100e6 / 8, 50e6 / 8, 25e6 / 8, 10e6 / 8};
+  auto measure = [&](const double* r, int64_t now) {
+    for (int s = 0; s < 4; ++s) {
+      const std::string p = "p" + std::to_string(s), w = "w" + std::to_string(s);
+      REQUIRE(links.Record(p, Link(w, p, r[s]), now).ok());
+      REQUIRE(links.Record(w, Link(p, w, r[s]), now).ok());
+    }
+  };
+  measure(rate, 1500);
+  std::optional<v1::Policy> plan = loop.Tick(job, links, 2000);
+  REQUIRE(plan.has_value());
+  CHECK(plan->version() == 2);
+  CHECK(plan->chunk_server_size() == 40);
+  // ADLB's exact optimum for these rates: the slowest aggregates nothing.
+  CHECK(plan->server_chunks(3) == 0);
+  CHECK(plan->server_chunks(0) > plan->server_chunks(1));
+  CHECK(plan->server_chunks(1) > plan->server_chunks(2));
+  int64_t sum = 0;
+  for (int64_t c : plan->server_chunks()) sum += c;
+  CHECK(sum == 40);
+
+  // 3% noise: under update_rate, nothing issued.
+  const double noisy[] = {rate[0] * 1.03, rate[1] * 0.97, rate[2], rate[3]};
+  measure(noisy, 2500);
+  CHECK(!loop.Tick(job, links, 3000));
+  CHECK(loop.current().version() == 2);
+  // Rates permuted: a new plan, moving chunks from the new slowest.
+  const double permuted[] = {rate[3], rate[2], rate[1], rate[0]};
+  measure(permuted, 3500);
+  plan = loop.Tick(job, links, 4000);
+  REQUIRE(plan.has_value());
+  CHECK(plan->version() == 3);
+  CHECK(plan->server_chunks(0) == 0);
+  CHECK(loop.history().size() == 2);
+
+  // Stale links (older than 3 periods) are not used.
+  CHECK(!loop.Tick(job, links, 9000));
+  // A recovery epoch starts again from the even split.
+  job.recovery_epoch = 1;
+  CHECK(!loop.Tick(job, links, 9500));
+  CHECK(loop.current().version() == 1);
+}
+
+TEST_CASE("elastic and Algorithm 1 shares", "[policy]") {
+  auto elastic = PolicyShares("elastic", {3, 1});
+  REQUIRE(elastic.ok());
+  CHECK((*elastic)[0] == Approx(0.75));
+  auto alg1 = PolicyShares("adlb-alg1", {10, 5, 2.5, 1});
+  REQUIRE(alg1.ok());
+  CHECK((*alg1)[0] > (*alg1)[3]);
+  CHECK(!PolicyShares("average", {1, 1}).ok());
+}
+
+}  // namespace
+}  // namespace hetps

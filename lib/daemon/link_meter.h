@@ -1,0 +1,68 @@
+// LinkMeter: how fast each directed link into this node carries training
+// traffic (docs/awareness.md). Every flow received is a probe of the link
+// from its sender: its first packet's arrival marks the start, as ADLB's
+// forecast message does (section 3.2) but without sending one, and the
+// bytes after it over the time to the last packet's arrival give the
+// rate. Both times are on this node's clock, so no clock offset enters.
+// Flows below probe_bytes (PROBE_CHUNK_SIZE) are ignored; an estimate is
+// the median of the latest probe_num (PROBE_CHUNK_NUM) samples, and a link
+// is reported again once it moved by more than report_rate (REPORT_RATE).
+// Thread-safe.
+#ifndef HETPS_LIB_DAEMON_LINK_METER_H_
+#define HETPS_LIB_DAEMON_LINK_METER_H_
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "lib/transport/endpoint.h"
+#include "lib/transport/receiver_mux.h"
+
+namespace hetps {
+
+struct LinkMeterConfig {
+  uint64_t probe_bytes = 64 << 10;
+  uint32_t probe_num = 4;
+  double report_rate = 0.1;
+};
+absl::Status ValidateLinkMeterConfig(const LinkMeterConfig& c);
+
+struct LinkSample {
+  transport::Peer from;
+  double bytes_per_s = 0;   // the estimate: median of the latest samples
+  uint64_t samples = 0;     // probes taken in all
+  uint64_t bytes = 0;       // their bytes
+  uint64_t updated_us = 0;  // the endpoint's clock at the latest probe
+};
+
+class LinkMeter final : public transport::FlowObserver {
+ public:
+  explicit LinkMeter(const LinkMeterConfig& config = {}) : config_(config) {}
+  void SetConfig(const LinkMeterConfig& config);
+
+  // A flow received from `from` ended (endpoint thread).
+  void OnFlow(const transport::Peer& from, const transport::FlowResult& r) override;
+  // Links with an estimate never reported or moved by more than
+  // report_rate since it was; each is marked reported.
+  std::vector<LinkSample> TakeChanged();
+  std::vector<LinkSample> All() const;
+  // Forgets everything (a new job: other peers, other paths).
+  void Reset();
+
+ private:
+  struct Link {
+    LinkSample now;
+    std::deque<double> recent;
+    double reported = 0;  // 0: never
+  };
+  mutable absl::Mutex mu_;
+  LinkMeterConfig config_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<transport::Peer, Link> links_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace hetps
+
+#endif  // HETPS_LIB_DAEMON_LINK_METER_H_

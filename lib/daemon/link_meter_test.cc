@@ -1,0 +1,58 @@
+#include "lib/daemon/link_meter.h"
+
+#include <catch2/catch.hpp>
+
+namespace hetps {
+namespace {
+
+transport::FlowResult Flow(uint64_t bytes, uint32_t packets, uint64_t first_us, uint64_t last_us) {
+  transport::FlowResult r;
+  r.total_packets = r.received = packets;
+  r.bytes = bytes;
+  r.first_us = first_us;
+  r.last_us = last_us;
+  return r;
+}
+
+TEST_CASE("a link's rate: bytes after the first packet over the time to the last", "[links]") {
+  LinkMeter m({/*probe_bytes=*/100'000, /*probe_num=*/3, /*report_rate=*/0.1});
+  const transport::Peer a{1, 1}, b{2, 2};
+  // 11 packets of 100 kB: 1 MB after the first, in 80 ms: 12.5 MB/s.
+  for (int i = 0; i < 2; ++i) m.OnFlow(a, Flow(1'100'000, 11, 1000, 81'000));
+  CHECK(m.TakeChanged().empty());  // not a full window yet
+  m.OnFlow(a, Flow(1'100'000, 11, 1000, 81'000));
+  m.OnFlow(b, Flow(50'000, 50, 0, 1000));      // below probe_bytes: ignored
+  m.OnFlow(b, Flow(200'000, 1, 0, 1000));      // one packet: no dispersion
+  m.OnFlow(b, Flow(200'000, 20, 5000, 5000));  // no time between: ignored
+  auto changed = m.TakeChanged();
+  REQUIRE(changed.size() == 1);
+  CHECK(changed[0].from == a);
+  CHECK(changed[0].bytes_per_s == Approx(12.5e6));
+  CHECK(changed[0].samples == 3);
+  CHECK(m.TakeChanged().empty());  // reported
+
+  // The median of the window: one outlier moves nothing; a lasting change
+  // is reported once it holds for most of the window.
+  m.OnFlow(a, Flow(1'100'000, 11, 0, 8'000));  // 125 MB/s once
+  CHECK(m.TakeChanged().empty());
+  m.OnFlow(a, Flow(1'100'000, 11, 0, 160'000));  // 6.25 MB/s
+  m.OnFlow(a, Flow(1'100'000, 11, 0, 160'000));
+  changed = m.TakeChanged();
+  REQUIRE(changed.size() == 1);
+  CHECK(changed[0].bytes_per_s == Approx(6.25e6));
+  // Within report_rate of what was reported: not again.
+  m.OnFlow(a, Flow(1'100'000, 11, 0, 150'000));
+  CHECK(m.TakeChanged().empty());
+  m.Reset();
+  CHECK(m.All().empty());
+}
+
+TEST_CASE("link meter settings are checked", "[links]") {
+  CHECK(ValidateLinkMeterConfig({}).ok());
+  CHECK(!ValidateLinkMeterConfig({100, 4, 0.1}).ok());
+  CHECK(!ValidateLinkMeterConfig({65536, 0, 0.1}).ok());
+  CHECK(!ValidateLinkMeterConfig({65536, 4, 1.5}).ok());
+}
+
+}  // namespace
+}  // namespace hetps
