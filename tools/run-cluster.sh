@@ -126,7 +126,7 @@ start() {  # start DAEMON NODE_ID [flags...]
 # cost a 23rd of the per-datagram work of 1400-byte ones, with no IP
 # fragmentation. On a real network data_packet_bytes stays within the
 # path MTU (1400 by default).
-data_flags=(--data_packet_bytes=32840)
+data_flags=(--data_packet_bytes=32848)
 
 echo "run-cluster: starting schedd on $schedd_addr"
 # A new cluster: the previous run's schedd state (its jobs) is not this

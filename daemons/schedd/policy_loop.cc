@@ -70,6 +70,19 @@ std::vector<int64_t> ChunkCounts(const std::vector<double>& shares, int64_t chun
   return counts;
 }
 
+std::vector<int64_t> WithProbes(std::vector<int64_t> counts) {
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  if (total < int64_t(counts.size())) return counts;
+  for (int64_t& c : counts) {
+    if (c > 0) continue;
+    // From the server with the most (the first of them).
+    *std::max_element(counts.begin(), counts.end()) -= 1;
+    c = 1;
+  }
+  return counts;
+}
+
 absl::StatusOr<std::vector<double>> PolicyShares(const std::string& load_policy,
                                                  const std::vector<double>& throughput_Bps) {
   // The model as one unit: only the ratios of the shares matter.
@@ -140,7 +153,7 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
     last_decision_ = std::string(shares.status().message());
     return std::nullopt;
   }
-  const std::vector<int64_t> counts = ChunkCounts(*shares, chunks);
+  const std::vector<int64_t> counts = WithProbes(ChunkCounts(*shares, chunks));
   std::vector<int> previous(current_.chunk_server().begin(), current_.chunk_server().end());
   std::vector<int> ids(servers);
   std::iota(ids.begin(), ids.end(), 0);

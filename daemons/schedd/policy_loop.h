@@ -48,6 +48,12 @@ class LinkTable {
 // index). O(S log S).
 std::vector<int64_t> ChunkCounts(const std::vector<double>& shares, int64_t chunks);
 
+// ADLB Algorithm 2's probe slices in chunks: a server given none takes
+// one from the server with the most, so its links keep carrying flows
+// large enough to measure (when there are at least as many chunks as
+// servers). O(S^2) worst case, S servers.
+std::vector<int64_t> WithProbes(std::vector<int64_t> counts);
+
 // The shares of `load_policy` (elastic, adlb-alg1, adlb) for servers of
 // these throughputs (bytes/s, each > 0), as fractions of the model.
 absl::StatusOr<std::vector<double>> PolicyShares(const std::string& load_policy,

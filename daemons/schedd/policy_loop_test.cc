@@ -18,6 +18,9 @@ TEST_CASE("chunk counts follow the shares and sum to the chunks", "[policy]") {
   CHECK(ChunkCounts({0.5, 0.25, 0.25}, 7) == std::vector<int64_t>{3, 2, 2});
   CHECK(ChunkCounts({0, 1}, 5) == std::vector<int64_t>{0, 5});
   CHECK(ChunkCounts({0, 0}, 5) == std::vector<int64_t>{0, 0});
+  CHECK(WithProbes({0, 5, 3}) == std::vector<int64_t>{1, 4, 3});
+  CHECK(WithProbes({0, 1}) == std::vector<int64_t>{0, 1});  // 1 chunk, 2 servers: as it is
+  CHECK(WithProbes({0, 0, 3}) == std::vector<int64_t>{1, 1, 1});
 }
 
 TEST_CASE("the link table checks what a node reports", "[policy]") {
@@ -64,8 +67,9 @@ TEST_CASE("the policy loop issues a plan when the links say so, and not for nois
   REQUIRE(plan.has_value());
   CHECK(plan->version() == 2);
   CHECK(plan->chunk_server_size() == 40);
-  // ADLB's exact optimum for these rates: the slowest aggregates nothing.
-  CHECK(plan->server_chunks(3) == 0);
+  // ADLB's exact optimum for these rates: the slowest aggregates nothing
+  // but the one chunk that keeps its links measured.
+  CHECK(plan->server_chunks(3) == 1);
   CHECK(plan->server_chunks(0) > plan->server_chunks(1));
   CHECK(plan->server_chunks(1) > plan->server_chunks(2));
   int64_t sum = 0;
@@ -83,7 +87,7 @@ TEST_CASE("the policy loop issues a plan when the links say so, and not for nois
   plan = loop.Tick(job, links, 4000);
   REQUIRE(plan.has_value());
   CHECK(plan->version() == 3);
-  CHECK(plan->server_chunks(0) == 0);
+  CHECK(plan->server_chunks(0) == 1);
   CHECK(loop.history().size() == 2);
 
   // Stale links (older than 3 periods) are not used.

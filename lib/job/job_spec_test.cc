@@ -120,5 +120,17 @@ TEST_CASE("a spec survives the trip to YAML and back exactly", "[job]") {
   CHECK(back->backend == "cpu");
 }
 
+TEST_CASE("adaptive load policies: keys parsed, and not with checkpoints yet", "[job]") {
+  auto j = ParseJobSpec("iterations: 5\nload_policy: adlb\nupdate_time_s: 3\n", "t");
+  REQUIRE(j.ok());
+  CHECK(j->adaptive());
+  CHECK(j->update_time_s == 3);
+  CHECK(!ParseJobSpec("iterations: 5\nload_policy: fastest\n", "t").ok());
+  auto both =
+      ParseJobSpec("iterations: 5\nload_policy: elastic\ncheckpoint_every_rounds: 10\n", "t");
+  REQUIRE(!both.ok());
+  CHECK(both.status().message().find("checkpoint_every_rounds") != absl::string_view::npos);
+}
+
 }  // namespace
 }  // namespace hetps
