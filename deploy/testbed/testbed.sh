@@ -11,6 +11,11 @@
 #                                       on node 0's input), LOSS_PCT random
 #                                       drops on every node's input (so each
 #                                       worker<->psd path loses LOSS_PCT each way)
+#   testbed.sh rate I RATE              node I's link alone: RATE each way
+#                                       (hosts with different access links)
+#   testbed.sh delay_all ONE_WAY_MS     every node delays what it receives by
+#                                       ONE_WAY_MS (RTT 2 x that between any
+#                                       two nodes; replaces shape's delay)
 #   testbed.sh check                    user-level ping RTT, drop counters
 #   testbed.sh exec I CMD...            run CMD in node I
 #   testbed.sh ip I                     node I's address
@@ -86,13 +91,46 @@ up() {
 }
 
 stop_delay() {
-  if [ -f "$STATE/nfqdelay.pid" ]; then
-    local pid
-    pid=$(cat "$STATE/nfqdelay.pid")
+  local f pid
+  for f in "$STATE"/nfqdelay*.pid; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    rm -f "$STATE/nfqdelay.pid"
-  fi
+    rm -f "$f"
+  done
+}
+
+rate() {
+  local i=$1 r=$2
+  [ "$i" -le "$(nodes)" ] || die "rate: no node $i"
+  node "$i" tc qdisc replace dev eth0 root tbf rate "$r" burst 32kb latency 20ms
+  sw tc qdisc replace dev "v$i" root tbf rate "$r" burst 32kb latency 20ms
+  echo "testbed: node $i: $r each way"
+}
+
+delay_all() {
+  local ms=$1 n i
+  [[ "$ms" =~ ^[0-9]+$ ]] || die "delay_all: whole milliseconds, got '$ms'"
+  [ -x "$NFQDELAY" ] || die "delay_all: $NFQDELAY not built (bazel build -c opt //tools:nfqdelay)"
+  n=$(nodes)
+  stop_delay
+  for i in $(seq 0 "$n"); do
+    node "$i" iptables -t mangle -F PREROUTING 2>/dev/null || true
+    [ "$ms" -gt 0 ] || continue
+    # Each namespace has its own queues: the same number in every node.
+    node "$i" iptables -t mangle -A PREROUTING -i eth0 -j NFQUEUE --queue-num $QUEUE --queue-bypass
+    ip netns exec "${P}-n$i" "$NFQDELAY" --queue=$QUEUE --delay_ms="$ms" \
+      >"$STATE/nfqdelay-n$i.log" 2>&1 &
+    echo $! >"$STATE/nfqdelay-n$i.pid"
+  done
+  sleep 0.3
+  for i in $(seq 0 "$n"); do
+    [ "$ms" -gt 0 ] || break
+    kill -0 "$(cat "$STATE/nfqdelay-n$i.pid")" 2>/dev/null ||
+      die "nfqdelay in node $i failed: $(cat "$STATE/nfqdelay-n$i.log")"
+  done
+  echo "testbed: every node delays its input by $ms ms (RTT $((2 * ms)) ms)"
 }
 
 shape() {
@@ -169,6 +207,8 @@ shift || true
 case "$cmd" in
   up) up "${1:?up N}" ;;
   shape) shape "${1:?RATE}" "${2:?RTT_MS}" "${3:?LOSS_PCT}" ;;
+  rate) rate "${1:?rate I RATE}" "${2:?rate I RATE}" ;;
+  delay_all) delay_all "${1:?delay_all ONE_WAY_MS}" ;;
   check) check ;;
   exec)
     i="${1:?exec I CMD}"
@@ -188,7 +228,7 @@ case "$cmd" in
     "$@"
     ;;
   *)
-    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

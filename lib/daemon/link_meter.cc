@@ -33,8 +33,10 @@ void LinkMeter::OnFlow(const transport::Peer& from, const transport::FlowResult&
   absl::MutexLock lock(&mu_);
   if (r.bytes < config_.probe_bytes) return;
   // The first packet marks the start: the bytes after it, over the time
-  // to the last one.
-  const double after_first = double(r.bytes) - double(r.bytes) / r.received;
+  // to the last one. Bytes as the link carries them: each datagram's
+  // header and its IPv4 and UDP headers count, as a shaper counts them.
+  const double wire = double(r.bytes) + double(r.received) * kPacketOverheadBytes;
+  const double after_first = wire - wire / r.received;
   const double rate = after_first * 1e6 / double(r.last_us - r.first_us);
   Link& l = links_[from];
   l.recent.push_back(rate);

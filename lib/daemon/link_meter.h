@@ -3,7 +3,8 @@
 // from its sender: its first packet's arrival marks the start, as ADLB's
 // forecast message does (section 3.2) but without sending one, and the
 // bytes after it over the time to the last packet's arrival give the
-// rate. Both times are on this node's clock, so no clock offset enters.
+// rate (of IP packets: headers count, as a link's shaper counts them).
+// Both times are on this node's clock, so no clock offset enters.
 // Flows below probe_bytes (PROBE_CHUNK_SIZE) are ignored; an estimate is
 // the median of the latest probe_num (PROBE_CHUNK_NUM) samples, and a link
 // is reported again once it moved by more than report_rate (REPORT_RATE).
@@ -22,6 +23,9 @@
 #include "lib/transport/receiver_mux.h"
 
 namespace hetps {
+
+// Per datagram on the wire besides its payload: our header, IPv4 and UDP.
+constexpr uint64_t kPacketOverheadBytes = transport::kHeaderBytes + 28;
 
 struct LinkMeterConfig {
   uint64_t probe_bytes = 64 << 10;

@@ -17,7 +17,8 @@ transport::FlowResult Flow(uint64_t bytes, uint32_t packets, uint64_t first_us, 
 TEST_CASE("a link's rate: bytes after the first packet over the time to the last", "[links]") {
   LinkMeter m({/*probe_bytes=*/100'000, /*probe_num=*/3, /*report_rate=*/0.1});
   const transport::Peer a{1, 1}, b{2, 2};
-  // 11 packets of 100 kB: 1 MB after the first, in 80 ms: 12.5 MB/s.
+  // 11 packets of 100 kB (and 108 bytes of headers each): 10 after the
+  // first, in 80 ms.
   for (int i = 0; i < 2; ++i) m.OnFlow(a, Flow(1'100'000, 11, 1000, 81'000));
   CHECK(m.TakeChanged().empty());  // not a full window yet
   m.OnFlow(a, Flow(1'100'000, 11, 1000, 81'000));
@@ -27,7 +28,8 @@ TEST_CASE("a link's rate: bytes after the first packet over the time to the last
   auto changed = m.TakeChanged();
   REQUIRE(changed.size() == 1);
   CHECK(changed[0].from == a);
-  CHECK(changed[0].bytes_per_s == Approx(12.5e6));
+  const double per_packet = 100'000 + kPacketOverheadBytes;
+  CHECK(changed[0].bytes_per_s == Approx(10 * per_packet / 0.08));
   CHECK(changed[0].samples == 3);
   CHECK(m.TakeChanged().empty());  // reported
 
@@ -39,7 +41,7 @@ TEST_CASE("a link's rate: bytes after the first packet over the time to the last
   m.OnFlow(a, Flow(1'100'000, 11, 0, 160'000));
   changed = m.TakeChanged();
   REQUIRE(changed.size() == 1);
-  CHECK(changed[0].bytes_per_s == Approx(6.25e6));
+  CHECK(changed[0].bytes_per_s == Approx(10 * per_packet / 0.16));
   // Within report_rate of what was reported: not again.
   m.OnFlow(a, Flow(1'100'000, 11, 0, 150'000));
   CHECK(m.TakeChanged().empty());

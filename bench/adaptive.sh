@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# Live network awareness and load distribution on the testbed
+# (deploy/testbed/testbed.sh; docs/awareness.md, docs/plan.md). Needs root.
+#
+# Part 1, awareness: two hosts (schedd and psd-0 on host 0, worker-0 on
+# host 1), the link between them shaped to each rate of --probe_rates in
+# turn, during one job; after each change the script waits for the link
+# matrix (psctl links) to show it and prints measured against configured,
+# and how long that took in update periods.
+#
+# Part 2, load distribution: HOSTS hosts (one per rate of --rates), each
+# running a psd and a workerd that share the host's access link; schedd on
+# host 0; every node delays what it receives by --delay_ms (RTT twice
+# that). For each --policies entry, one job of --model for --iterations
+# iterations: its iteration time (the slowest worker's compute + push +
+# pull wait per iteration), the speed-up over average, and the plan schedd
+# ended with.
+#
+# usage: bench/adaptive.sh [--part awareness|load|all] [--rates "100 50 25 10"]
+#          [--probe_rates "100 50 25 10"] [--delay_ms 10] [--iterations 60]
+#          [--model mlp] [--policies "average elastic adlb-alg1 adlb"]
+#          [--update_time_s 2] [--out DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+part=all
+rates="100 50 25 10"
+probe_rates="100 50 25 10"
+delay_ms=10
+iterations=60
+model=mlp
+policies="average elastic adlb-alg1 adlb"
+update_time_s=2
+out=out/adaptive
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --part) part=$2; shift 2 ;;
+    --rates) rates=$2; shift 2 ;;
+    --probe_rates) probe_rates=$2; shift 2 ;;
+    --delay_ms) delay_ms=$2; shift 2 ;;
+    --iterations) iterations=$2; shift 2 ;;
+    --model) model=$2; shift 2 ;;
+    --policies) policies=$2; shift 2 ;;
+    --update_time_s) update_time_s=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    *) echo "adaptive: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[ "$(id -u)" -eq 0 ] || { echo "adaptive: needs root (network namespaces)" >&2; exit 1; }
+
+bash tools/bootstrap.sh >/dev/null
+bazel build --config=opt //daemons/schedd //daemons/psd //daemons/workerd //clients/psctl \
+  //tools:nfqdelay >/dev/null 2>&1
+bin=$(bazel info --config=opt bazel-bin 2>/dev/null)
+export NFQDELAY="$bin/tools/nfqdelay"
+export HPS_TESTBED=hpsad
+tb=deploy/testbed/testbed.sh
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+pids=()
+
+stop_all() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+  pids=()
+}
+cleanup() {
+  trap - EXIT INT TERM
+  stop_all
+  bash $tb down >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ip_of() { echo "198.18.0.$(($1 + 1))"; }
+schedd_addr="$(ip_of 0):7070"
+psctl() { ip netns exec "${HPS_TESTBED}-n0" "$bin/clients/psctl/psctl" --insecure \
+  --endpoint="$schedd_addr" "$@"; }
+
+start() {  # start HOST DAEMON NODE_ID [flags...]
+  local host=$1 daemon=$2 node=$3
+  shift 3
+  rm -f "$out/$node.ready"
+  ip netns exec "${HPS_TESTBED}-n$host" "$bin/daemons/$daemon/$daemon" --node_id="$node" \
+    --insecure --ready_file="$out/$node.ready" --listen="$(ip_of "$host"):0" "$@" \
+    2>"$out/$node.log" &
+  pids+=($!)
+  for _ in $(seq 200); do
+    [ -f "$out/$node.ready" ] && return 0
+    sleep 0.05
+  done
+  echo "adaptive: $node not ready; see $out/$node.log" >&2
+  exit 1
+}
+
+start_cluster() {  # start_cluster HOSTS WORKER_HOST0 (1: worker-0 on host 1, alone)
+  local hosts=$1 alone=$2 i wh
+  rm -rf "$out/schedd-state"
+  start 0 schedd schedd --listen="$schedd_addr" --state_dir="$out/schedd-state"
+  local node_flags=(--scheduler="$schedd_addr" --data_packet_bytes=1400)
+  for i in $(seq 0 $((hosts - 1))); do
+    wh=$i
+    [ "$alone" -eq 1 ] && wh=1
+    if [ "$alone" -eq 0 ] || [ "$i" -eq 0 ]; then
+      start "$i" psd "psd-$i" "${node_flags[@]}" --data_listen="$(ip_of "$i"):0"
+    fi
+    if [ "$alone" -eq 0 ] || [ "$i" -eq 0 ]; then
+      start "$wh" workerd "worker-$i" "${node_flags[@]}" --data_listen="$(ip_of "$wh"):0" \
+        --cpu_threads=1
+    fi
+  done
+  local want=$((alone == 1 ? 3 : 2 * hosts + 1))
+  for _ in $(seq 100); do
+    [ "$(psctl nodes -o json 2>/dev/null | grep -o '"state":"alive"' | wc -l)" -ge "$want" ] && return 0
+    sleep 0.1
+  done
+  echo "adaptive: cluster not up; logs in $out" >&2
+  exit 1
+}
+
+job_yaml() {  # job_yaml POLICY ITERATIONS
+  cat <<YAML
+name: adaptive-$1
+model: $model
+iterations: $2
+eval_every: 0
+round_deadline_ms: 60000
+load_policy: $1
+update_time_s: $update_time_s
+YAML
+}
+
+# The link FROM -> TO's rate in Mbit/s from psctl links (empty: none yet).
+link_mbit() {
+  psctl links -o json | python3 -c '
+import json, sys
+f, t = sys.argv[1:3]
+for l in json.load(sys.stdin)["links"]:
+    if l["from"] == f and l["to"] == t:
+        print("%.2f %d" % (l["throughput_bytes_per_second"] * 8 / 1e6, l["age_ms"]))
+' "$1" "$2"
+}
+
+if [ "$part" = awareness ] || [ "$part" = all ]; then
+  echo "adaptive: part 1, awareness: psd-0 (host 0) <-> worker-0 (host 1)"
+  bash $tb up 1 >/dev/null
+  first=${probe_rates%% *}
+  bash $tb rate 0 "${first}mbit" >/dev/null
+  bash $tb rate 1 "${first}mbit" >/dev/null
+  start_cluster 1 1
+  job_yaml adlb 100000 >"$out/awareness.yaml"
+  psctl job submit "$out/awareness.yaml" >/dev/null
+  printf '%-10s %-22s %-10s %-8s %-22s %-10s\n' "configured" "worker-0->psd-0 (push)" "error" \
+    "periods" "psd-0->worker-0 (pull)" "error"
+  for r in $probe_rates; do
+    bash $tb rate 0 "${r}mbit" >/dev/null
+    bash $tb rate 1 "${r}mbit" >/dev/null
+    changed=$(date +%s.%N)
+    # Until both directions show a report newer than the change, within 10%.
+    for _ in $(seq 600); do
+      sleep 0.1
+      read -r push push_age <<<"$(link_mbit worker-0 psd-0)" || true
+      read -r pull pull_age <<<"$(link_mbit psd-0 worker-0)" || true
+      now=$(date +%s.%N)
+      fresh=$(awk -v n="$now" -v c="$changed" -v a="${push_age:-1e9}" -v b="${pull_age:-1e9}" \
+        'BEGIN { print ((n - c) * 1000 > a && (n - c) * 1000 > b) ? 1 : 0 }')
+      ok=$(awk -v r="$r" -v p="${push:-0}" -v q="${pull:-0}" \
+        'BEGIN { e1 = (p - r) / r; e2 = (q - r) / r; if (e1 < 0) e1 = -e1; if (e2 < 0) e2 = -e2;
+                 print (e1 <= 0.1 && e2 <= 0.1) ? 1 : 0 }')
+      [ "$fresh" = 1 ] && [ "$ok" = 1 ] && break
+    done
+    took=$(awk -v n="$(date +%s.%N)" -v c="$changed" -v u="$update_time_s" \
+      'BEGIN { printf "%.2f", (n - c) / u }')
+    printf '%-10s %-22s %-10s %-8s %-22s %-10s\n' "$r Mbit/s" "${push:-none}" \
+      "$(awk -v r="$r" -v p="${push:-0}" 'BEGIN { printf "%+.1f%%", 100 * (p - r) / r }')" "$took" \
+      "${pull:-none}" "$(awk -v r="$r" -v p="${pull:-0}" 'BEGIN { printf "%+.1f%%", 100 * (p - r) / r }')"
+  done
+  psctl job cancel >/dev/null || true
+  stop_all
+  bash $tb down >/dev/null
+fi
+
+if [ "$part" = load ] || [ "$part" = all ]; then
+  read -r -a r <<<"$rates"
+  hosts=${#r[@]}
+  echo "adaptive: part 2, load distribution: $hosts hosts at ${rates} Mbit/s, RTT $((2 * delay_ms)) ms, $model, $iterations iterations"
+  bash $tb up $((hosts - 1)) >/dev/null
+  for i in $(seq 0 $((hosts - 1))); do bash $tb rate "$i" "${r[$i]}mbit" >/dev/null; done
+  bash $tb delay_all "$delay_ms" >/dev/null
+  start_cluster "$hosts" 0
+  base=""
+  printf '%-10s %-14s %-10s %-8s %s\n' policy "s/iteration" "vs average" version "chunks per psd"
+  for p in $policies; do
+    job_yaml "$p" "$iterations" >"$out/load-$p.yaml"
+    psctl job submit "$out/load-$p.yaml" --servers "$hosts" --workers "$hosts" >/dev/null
+    for _ in $(seq 36000); do
+      json=$(psctl job status -o json 2>/dev/null || true)
+      state=$(sed -nE 's/.*"state":"([a-z]+)".*/\1/p' <<<"${json%%\"nodes\"*}")
+      case "$state" in succeeded|failed|cancelled) break ;; esac
+      sleep 0.5
+    done
+    json=$(psctl job status -o json)
+    it_s=$(python3 -c '
+import json, sys
+j = json.loads(sys.argv[1])
+ws = [n for n in j.get("nodes", []) if n.get("role") == "worker"]
+t = max(n.get("compute_seconds", 0) + n.get("push_seconds", 0) + n.get("pull_wait_seconds", 0) for n in ws)
+print("%.4f" % (t / max(1, j.get("total_iterations", 1))))' "$json")
+    [ -n "$base" ] || base=$it_s
+    plan=$(psctl policy show -o json 2>/dev/null | python3 -c '
+import json, sys
+try:
+    p = json.load(sys.stdin)["policy"]
+    print(p["version"], "/".join(str(c) for c in p["server_chunks"]))
+except Exception:
+    print("1 even")' || echo "1 even")
+    printf '%-10s %-14s %-10s %-8s %s   (%s)\n' "$p" "$it_s" \
+      "$(awk -v b="$base" -v t="$it_s" 'BEGIN { printf "%.2fx", b / t }')" ${plan} "$state"
+  done
+fi
