@@ -70,15 +70,16 @@ std::vector<int64_t> ChunkCounts(const std::vector<double>& shares, int64_t chun
   return counts;
 }
 
-std::vector<int64_t> WithProbes(std::vector<int64_t> counts) {
+std::vector<int64_t> WithProbes(std::vector<int64_t> counts, int64_t probe) {
   int64_t total = 0;
   for (int64_t c : counts) total += c;
-  if (total < int64_t(counts.size())) return counts;
-  for (int64_t& c : counts) {
-    if (c > 0) continue;
-    // From the server with the most (the first of them).
-    *std::max_element(counts.begin(), counts.end()) -= 1;
-    c = 1;
+  if (probe < 1 || total < int64_t(counts.size()) * probe) return counts;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    while (counts[i] < probe) {
+      // From the server with the most (the first of them).
+      *std::max_element(counts.begin(), counts.end()) -= 1;
+      ++counts[i];
+    }
   }
   return counts;
 }
@@ -129,31 +130,59 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
   }
   if (now_ms < next_ms_) return std::nullopt;
   next_ms_ = now_ms + job.update_time_ms;
-  // Each psd's throughput: the median of its links measured lately.
+  // Each psd's host: what one of its nodes moved at once. A node's flows
+  // of one phase run together (a psd takes every push of a round at once,
+  // a worker every pull), so the sum of the fresh rates into a node, or
+  // out of it, is what the host's link carried for it then.
   const int64_t fresh_ms = now_ms - 3 * job.update_time_ms;
-  std::vector<double> rate(servers);
+  auto host = [&](const std::string& node) {
+    auto it = job.host_of.find(node);
+    return it != job.host_of.end() ? it->second : node;
+  };
+  std::map<std::string, double> in, out;  // by node
+  for (const v1::LinkReport& l : links.All()) {
+    // A link within a host never crosses its access link.
+    if (l.measured_unix_ms() < fresh_ms || host(l.from_node_id()) == host(l.to_node_id())) {
+      continue;
+    }
+    in[l.to_node_id()] += l.throughput_bytes_per_second();
+    out[l.from_node_id()] += l.throughput_bytes_per_second();
+  }
+  std::vector<double> rate(servers, 0.0);
   for (size_t s = 0; s < servers; ++s) {
-    std::vector<double> seen;
-    for (const v1::LinkReport& l : links.All()) {
-      if (l.measured_unix_ms() < fresh_ms) continue;
-      if (l.from_node_id() == job.servers[s] || l.to_node_id() == job.servers[s]) {
-        seen.push_back(l.throughput_bytes_per_second());
+    const std::string h = host(job.servers[s]);
+    for (const auto* sums : {&in, &out}) {
+      for (const auto& [node, sum] : *sums) {
+        if (host(node) == h) rate[s] = std::max(rate[s], sum);
       }
     }
-    if (seen.empty()) {
-      last_decision_ = absl::StrCat("no link of ", job.servers[s], " measured in the last ",
+    if (rate[s] <= 0) {
+      last_decision_ = absl::StrCat("no link of ", job.servers[s], "'s host measured in the last ",
                                     3 * job.update_time_ms / 1000, " s");
       return std::nullopt;
     }
-    std::nth_element(seen.begin(), seen.begin() + seen.size() / 2, seen.end());
-    rate[s] = seen[seen.size() / 2];
+  }
+  // Measurement noise does not move chunks: only a host whose throughput
+  // moved by more than update_rate since the plan in force was made.
+  if (current_.server_throughput_bytes_per_second_size() == int(servers)) {
+    double moved = 0;
+    for (size_t s = 0; s < servers; ++s) {
+      const double was = current_.server_throughput_bytes_per_second(int(s));
+      moved = std::max(moved, std::abs(rate[s] - was) / was);
+    }
+    if (moved <= job.update_rate) {
+      last_decision_ =
+          absl::StrCat("kept version ", current_.version(), ": every psd's throughput within ",
+                       job.update_rate, " of the plan's (largest change ", moved, ")");
+      return std::nullopt;
+    }
   }
   absl::StatusOr<std::vector<double>> shares = PolicyShares(job.load_policy, rate);
   if (!shares.ok()) {
     last_decision_ = std::string(shares.status().message());
     return std::nullopt;
   }
-  const std::vector<int64_t> counts = WithProbes(ChunkCounts(*shares, chunks));
+  const std::vector<int64_t> counts = WithProbes(ChunkCounts(*shares, chunks), job.probe_chunks);
   std::vector<int> previous(current_.chunk_server().begin(), current_.chunk_server().end());
   std::vector<int> ids(servers);
   std::iota(ids.begin(), ids.end(), 0);
@@ -166,15 +195,20 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
   from.version = current_.version();
   from.chunk_server = previous;
   to.chunk_server = *owners;
+  // And only a map that differs by update_rate: a few chunks back and
+  // forth cost their moves and gain nothing measurable.
   absl::StatusOr<policy::UpdateResult> update = policy::Update(from, to, job.update_rate);
   if (!update.ok()) {
     last_decision_ = std::string(update.status().message());
     return std::nullopt;
   }
-  if (!update->issued) {
-    last_decision_ =
-        absl::StrCat("kept version ", current_.version(), ": ", update->diff.chunks_moved, " of ",
-                     chunks, " chunks would move, under update_rate");
+  if (!update->issued || update->diff.chunks_moved == 0) {
+    // About the same map: the new throughputs are its basis from now on.
+    current_.clear_server_throughput_bytes_per_second();
+    for (double r : rate) current_.add_server_throughput_bytes_per_second(r);
+    last_decision_ = absl::StrCat("kept version ", current_.version(), ": ",
+                                  update->diff.chunks_moved, " of ", chunks,
+                                  " chunks would move, under update_rate");
     return std::nullopt;
   }
   v1::Policy next;

@@ -3,12 +3,16 @@
 //
 // LinkTable: the newest report of each directed link between nodes, with
 // when it came. PolicyLoop: for the active job with an adaptive
-// load_policy, every update_time_s, the throughput of each psd (the
-// median of the links measured to and from it) goes through lib/policy's
-// solver for the job's policy; the shares become chunk counts (largest
-// remainders), the counts a chunk map that moves as few chunks as possible
-// from the plan in force (RebalanceChunks), and the map is issued as the
-// next version when at least update_rate of it changed (policy::Update).
+// load_policy, every update_time_s, the throughput of each psd's host
+// (the largest sum of the fresh rates into, or out of, one node on that
+// host, links within the host left out: a node's flows of one phase run
+// together, so the sum is what the host's link carried for it). When
+// some host's throughput moved by more than update_rate from what the
+// plan in force was made from, they go through lib/policy's solver for
+// the job's policy; the shares become chunk counts (largest remainders,
+// probe chunks for hosts given none), the counts a chunk map that moves
+// as few chunks as possible from the plan in force (RebalanceChunks),
+// issued as the next version when at least update_rate of it changed.
 // Pure values with the time passed in; thread-compatible (schedd guards).
 #ifndef HETPS_DAEMONS_SCHEDD_POLICY_LOOP_H_
 #define HETPS_DAEMONS_SCHEDD_POLICY_LOOP_H_
@@ -48,11 +52,11 @@ class LinkTable {
 // index). O(S log S).
 std::vector<int64_t> ChunkCounts(const std::vector<double>& shares, int64_t chunks);
 
-// ADLB Algorithm 2's probe slices in chunks: a server given none takes
-// one from the server with the most, so its links keep carrying flows
-// large enough to measure (when there are at least as many chunks as
-// servers). O(S^2) worst case, S servers.
-std::vector<int64_t> WithProbes(std::vector<int64_t> counts);
+// ADLB Algorithm 2's probe slices in chunks: a server given fewer than
+// `probe` takes the rest from the servers with the most, one at a time,
+// so its links keep carrying flows large enough to measure (when there
+// are enough chunks for every server). O(S^2 probe) worst case.
+std::vector<int64_t> WithProbes(std::vector<int64_t> counts, int64_t probe = 1);
 
 // The shares of `load_policy` (elastic, adlb-alg1, adlb) for servers of
 // these throughputs (bytes/s, each > 0), as fractions of the model.
@@ -66,7 +70,11 @@ struct PolicyJob {
   int64_t update_time_ms = 10'000;
   double update_rate = 0.1;
   int64_t num_chunks = 0;
+  int64_t probe_chunks = 1;          // chunks a psd keeps to stay measured
   std::vector<std::string> servers;  // node ids by server index
+  // Every member's host (its data address's IP), by node id: the nodes
+  // of one host share its access link.
+  std::map<std::string, std::string> host_of;
 };
 
 class PolicyLoop {

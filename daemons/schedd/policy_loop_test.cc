@@ -21,6 +21,9 @@ TEST_CASE("chunk counts follow the shares and sum to the chunks", "[policy]") {
   CHECK(WithProbes({0, 5, 3}) == std::vector<int64_t>{1, 4, 3});
   CHECK(WithProbes({0, 1}) == std::vector<int64_t>{0, 1});  // 1 chunk, 2 servers: as it is
   CHECK(WithProbes({0, 0, 3}) == std::vector<int64_t>{1, 1, 1});
+  CHECK(WithProbes({0, 5, 3}, 2) == std::vector<int64_t>{2, 3, 3});
+  CHECK(WithProbes({0, 6}, 3) == std::vector<int64_t>{3, 3});
+  CHECK(WithProbes({0, 5}, 3) == std::vector<int64_t>{0, 5});  // not enough for both
 }
 
 TEST_CASE("the link table checks what a node reports", "[policy]") {
@@ -76,7 +79,7 @@ TEST_CASE("the policy loop issues a plan when the links say so, and not for nois
   for (int64_t c : plan->server_chunks()) sum += c;
   CHECK(sum == 40);
 
-  // 3% noise: under update_rate, nothing issued.
+  // 3% noise: under update_rate, nothing recomputed.
   const double noisy[] = {rate[0] * 1.03, rate[1] * 0.97, rate[2], rate[3]};
   measure(noisy, 2500);
   CHECK(!loop.Tick(job, links, 3000));
@@ -96,6 +99,34 @@ TEST_CASE("the policy loop issues a plan when the links say so, and not for nois
   job.recovery_epoch = 1;
   CHECK(!loop.Tick(job, links, 9500));
   CHECK(loop.current().version() == 1);
+}
+
+TEST_CASE("a psd's throughput is its host's: links of any node there count", "[policy]") {
+  PolicyJob job;
+  job.job_id = "job-2";
+  job.load_policy = "elastic";
+  job.update_time_ms = 1000;
+  job.num_chunks = 10;
+  job.servers = {"p0", "p1"};
+  job.host_of = {{"p0", "h0"}, {"w0", "h0"}, {"p1", "h1"}, {"w1", "h1"}, {"w2", "h2"}};
+  LinkTable links;
+  PolicyLoop loop;
+  loop.Tick(job, links, 0);
+  // A host's throughput: the most one of its nodes moved at once (the sum
+  // of its links in, or out); links within a host do not count.
+  REQUIRE(links.Record("w1", Link("p0", "w1", 1e6), 500).ok());
+  REQUIRE(links.Record("p0", Link("w1", "p0", 3e6), 500).ok());
+  REQUIRE(links.Record("p0", Link("w0", "p0", 90e6), 500).ok());  // within h0: not counted
+  REQUIRE(links.Record("w0", Link("p1", "w0", 5e6), 500).ok());
+  REQUIRE(links.Record("p0", Link("w2", "p0", 9e6), 500).ok());
+  REQUIRE(links.Record("w2", Link("p1", "w2", 2e6), 500).ok());
+  std::optional<v1::Policy> plan = loop.Tick(job, links, 1000);
+  REQUIRE(plan.has_value());
+  // h0: into p0 3 + 9 (w0's is within h0); h1: out of p1 5 + 2.
+  CHECK(plan->server_throughput_bytes_per_second(0) == 12e6);
+  CHECK(plan->server_throughput_bytes_per_second(1) == 7e6);
+  CHECK(plan->server_chunks(0) == 6);
+  CHECK(plan->server_chunks(1) == 4);
 }
 
 TEST_CASE("elastic and Algorithm 1 shares", "[policy]") {

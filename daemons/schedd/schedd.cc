@@ -534,7 +534,18 @@ void Schedd::RunPolicy() {
   job.update_time_ms = spec->update_time_s * 1000;
   job.update_rate = spec->update_rate;
   job.num_chunks = num_chunks_;
+  // Enough chunks that a psd given none still moves flows big enough to
+  // measure its links.
+  const int64_t chunk_bytes = spec->chunk_size * int64_t(sizeof(float));
+  job.probe_chunks =
+      std::max<int64_t>(1, (spec->probe_chunk_bytes + chunk_bytes - 1) / chunk_bytes);
   for (const v1::JobMember& m : a->servers()) job.servers.push_back(m.node_id());
+  for (const auto* members : {&a->servers(), &a->workers()}) {
+    for (const v1::JobMember& m : *members) {
+      absl::StatusOr<HostPort> hp = ParseHostPort(m.data_address());
+      job.host_of[m.node_id()] = hp.ok() ? hp->host : m.node_id();
+    }
+  }
   std::optional<v1::Policy> plan = policy_.Tick(job, links_, absl::ToUnixMillis(clock_->Now()));
   if (plan.has_value()) jobs_->IssuePlan(*plan);
 }

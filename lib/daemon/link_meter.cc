@@ -41,10 +41,8 @@ void LinkMeter::OnFlow(const transport::Peer& from, const transport::FlowResult&
   Link& l = links_[from];
   l.recent.push_back(rate);
   while (l.recent.size() > config_.probe_num) l.recent.pop_front();
-  std::vector<double> sorted(l.recent.begin(), l.recent.end());
-  std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
   l.now.from = from;
-  l.now.bytes_per_s = sorted[sorted.size() / 2];
+  l.now.bytes_per_s = *std::max_element(l.recent.begin(), l.recent.end());
   ++l.now.samples;
   l.now.bytes += r.bytes;
   l.now.updated_us = r.last_us;

@@ -6,8 +6,11 @@
 // rate (of IP packets: headers count, as a link's shaper counts them).
 // Both times are on this node's clock, so no clock offset enters.
 // Flows below probe_bytes (PROBE_CHUNK_SIZE) are ignored; an estimate is
-// the median of the latest probe_num (PROBE_CHUNK_NUM) samples, and a link
-// is reported again once it moved by more than report_rate (REPORT_RATE).
+// the largest of the latest probe_num (PROBE_CHUNK_NUM) samples: a flow's
+// packets leave the bottleneck spaced at its rate or wider (sharing it
+// with other flows, or sent slower), never closer, so the largest is the
+// closest to what the link can carry. A link is reported again once it
+// moved by more than report_rate (REPORT_RATE).
 // Thread-safe.
 #ifndef HETPS_LIB_DAEMON_LINK_METER_H_
 #define HETPS_LIB_DAEMON_LINK_METER_H_

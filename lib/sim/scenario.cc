@@ -123,14 +123,31 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& yaml_text) {
     s.links.push_back({l[0], l[1]});
   }
   RETURN_IF_ERROR(Get(net, "degree", &s.degree, false));
+  std::vector<double> fixed;
+  RETURN_IF_ERROR(Get(net, "rates_mbit_s", &fixed, false));
+  for (double r : fixed) {
+    if (!(r > 0) || !std::isfinite(r)) {
+      return absl::InvalidArgumentError("scenario: network.rates_mbit_s: each rate must be > 0");
+    }
+    s.fixed_rates_Bps.push_back(r * 1e6 / 8);
+  }
   std::vector<double> rate;
-  RETURN_IF_ERROR(Get(net, "rate_mbit_s", &rate, true));
-  if (rate.size() != 2 || !(rate[0] > 0) || !(rate[1] >= rate[0]) || !std::isfinite(rate[1])) {
+  RETURN_IF_ERROR(Get(net, "rate_mbit_s", &rate, fixed.empty()));
+  if (fixed.empty() &&
+      (rate.size() != 2 || !(rate[0] > 0) || !(rate[1] >= rate[0]) || !std::isfinite(rate[1]))) {
     return absl::InvalidArgumentError(
         "scenario: network.rate_mbit_s must be [min, max], 0 < min <= max");
   }
-  s.rate_min_Bps = rate[0] * 1e6 / 8;
-  s.rate_max_Bps = rate[1] * 1e6 / 8;
+  if (!fixed.empty() && s.kind != Scenario::Kind::kAccess) {
+    return absl::InvalidArgumentError("scenario: network.rates_mbit_s is for kind: access");
+  }
+  if (!fixed.empty() && int(fixed.size()) != s.nodes) {
+    return absl::InvalidArgumentError("scenario: network.rates_mbit_s needs one rate per node");
+  }
+  if (fixed.empty()) {
+    s.rate_min_Bps = rate[0] * 1e6 / 8;
+    s.rate_max_Bps = rate[1] * 1e6 / 8;
+  }
   double latency_ms = 0;
   RETURN_IF_ERROR(Get(net, "latency_ms", &latency_ms, false));
   s.latency_s = latency_ms / 1e3;
@@ -265,6 +282,13 @@ absl::StatusOr<Network> BuildNetwork(const Scenario& s) {
 
 std::vector<double> RatesOf(const Scenario& s, size_t links, int64_t period) {
   std::vector<double> r(links);
+  if (!s.fixed_rates_Bps.empty()) {
+    // Given rates, rotated by one host each period.
+    for (size_t i = 0; i < links; ++i) {
+      r[i] = s.fixed_rates_Bps[(i + size_t(period)) % s.fixed_rates_Bps.size()];
+    }
+    return r;
+  }
   for (size_t i = 0; i < links; ++i) {
     r[i] = s.rate_min_Bps + (s.rate_max_Bps - s.rate_min_Bps) * Uniform(s.seed, 1000 + period, i);
   }

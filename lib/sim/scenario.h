@@ -40,6 +40,9 @@ struct Scenario {
   std::vector<std::pair<int, int>> links;  // overlay
   double degree = 4;                       // random: mean degree
   double rate_min_Bps = 0, rate_max_Bps = 0;
+  // access: each host's rate (rates_mbit_s), instead of drawing them;
+  // rotated by one host each change_every_s.
+  std::vector<double> fixed_rates_Bps;
   double latency_s = 0;
   double change_every_s = 0;  // 0: rates drawn once
   // Policies.

@@ -56,6 +56,7 @@ TEST_CASE("scenario files parse; bad ones are rejected naming the key", "[sim]")
   expect_error("kind: overlay", "kind: mesh", "network.kind");
   expect_error("nodes: 3", "nodes: 1", "network.nodes");
   expect_error("[8, 8]", "[8]", "rate_mbit_s");
+  expect_error("rate_mbit_s: [8, 8]", "rates_mbit_s: [8, 8, 8]", "kind: access");
   expect_error("run: [star, fapt]", "run: [star, teleport]", "unknown policy 'teleport'");
   expect_error("run: [star, fapt]", "run: [star, adlb-exact]", "needs network.kind access");
   expect_error("run: [star, fapt]", "run: []", "policy.run");
@@ -72,6 +73,22 @@ TEST_CASE("scenario files parse; bad ones are rejected naming the key", "[sim]")
     REQUIRE_FALSE(r.ok());
     CHECK(std::string(r.status().message()).find("network.links") != std::string::npos);
   }
+}
+
+TEST_CASE("given host rates: the testbed scenario, and its checks", "[sim]") {
+  auto s = LoadScenario("bench/scenarios/adaptive-4host.yaml");
+  REQUIRE(s.ok());
+  CHECK(s->fixed_rates_Bps == std::vector<double>{12.5e6, 6.25e6, 3.125e6, 1.25e6});
+  std::string text =
+      "name: t\nhorizon_s: 10\nmodel_bytes: 1e6\nnetwork:\n  kind: access\n  nodes: 3\n"
+      "  rates_mbit_s: [8, 4]\npolicy:\n  run: [average]\n";
+  auto bad = ParseScenario(text);
+  REQUIRE_FALSE(bad.ok());
+  INFO(bad.status().message());
+  CHECK(std::string(bad.status().message()).find("one rate per node") != std::string::npos);
+  // ADLB's exact optimum beats Average on it, as bench/adaptive.sh expects.
+  auto r = Run("adaptive-4host.yaml");
+  CHECK(r["adlb-exact"].speedup >= 1.3);
 }
 
 TEST_CASE("WLBS: within 10% of the ideal split; an equal split is at least 1.6x slower", "[sim]") {
