@@ -82,7 +82,19 @@ TEST_CASE("A traced job writes each round's timeline on every node") {
 // first job's checkpoints are gone once a second one starts checkpointing.
 TEST_CASE("An adaptive job reports its links; schedd keeps its plan; psctl shows both") {
   LocalCluster c("job-adaptive");
-  StartCluster(c, 2);
+  REQUIRE(c.StartSchedd().ok());
+  // Each node its own host (schedd groups nodes by data address): one
+  // loopback address each, so the links between them count.
+  int host = 2;
+  for (const char* id : {"psd-0", "psd-1", "worker-0", "worker-1"}) {
+    const bool psd = id[0] == 'p';
+    std::vector<std::string> flags = {"--data_listen=127.0.0." + std::to_string(host++) + ":0"};
+    if (!psd) flags.push_back("--cpu_threads=1");
+    absl::Status s = c.StartNode(psd ? "psd" : "workerd", id, flags);
+    INFO(s.message());
+    REQUIRE(s.ok());
+  }
+  REQUIRE(WaitFor([&] { return c.AliveCount() == 5; }, absl::Seconds(15)));
   const std::string job = WriteJob(c, "job.yaml",
                                    "name: adaptive\nmodel: mlp\niterations: 400\neval_every: 0\n"
                                    "chunk_size: 4096\nload_policy: elastic\nupdate_time_s: 1\n"
