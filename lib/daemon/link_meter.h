@@ -39,7 +39,7 @@ absl::Status ValidateLinkMeterConfig(const LinkMeterConfig& c);
 
 struct LinkSample {
   transport::Peer from;
-  double bytes_per_s = 0;   // the estimate: median of the latest samples
+  double bytes_per_s = 0;   // the estimate: the largest of the latest samples
   uint64_t samples = 0;     // probes taken in all
   uint64_t bytes = 0;       // their bytes
   uint64_t updated_us = 0;  // the endpoint's clock at the latest probe

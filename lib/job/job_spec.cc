@@ -79,7 +79,7 @@ void Bind(ConfigSchema& s, JobSpec& j) {
         "flows smaller than this are not used to measure links (PROBE_CHUNK_SIZE)", 1024,
         int64_t(1) << 32);
   s.Int("probe_chunk_num", &j.probe_chunk_num,
-        "flows per link estimate, their median (PROBE_CHUNK_NUM)", 1, 64);
+        "flows per link estimate, the largest of them (PROBE_CHUNK_NUM)", 1, 64);
   s.Int("plan_lead_rounds", &j.plan_lead_rounds,
         "a new plan starts this many rounds after psd 0 announces it", 1, 1000);
 }

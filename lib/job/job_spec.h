@@ -68,7 +68,7 @@ struct JobSpec {
   double update_rate = 0.1;    // UPDATE_RATE: a plan is issued when this much of it changed
   double report_rate = 0.1;    // REPORT_RATE: a link is reported again when it moved this much
   int64_t probe_chunk_bytes = 64 << 10;  // PROBE_CHUNK_SIZE: smaller flows are not probes
-  int64_t probe_chunk_num = 4;           // PROBE_CHUNK_NUM: probes per link estimate (median)
+  int64_t probe_chunk_num = 4;           // PROBE_CHUNK_NUM: probes per link estimate (the largest)
   int64_t plan_lead_rounds = 2;          // a plan starts this many rounds after psd 0 announces it
   bool adaptive() const { return load_policy != "average"; }
 
