@@ -206,9 +206,9 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
     // About the same map: the new throughputs are its basis from now on.
     current_.clear_server_throughput_bytes_per_second();
     for (double r : rate) current_.add_server_throughput_bytes_per_second(r);
-    last_decision_ = absl::StrCat("kept version ", current_.version(), ": ",
-                                  update->diff.chunks_moved, " of ", chunks,
-                                  " chunks would move, under update_rate");
+    last_decision_ =
+        absl::StrCat("kept version ", current_.version(), ": ", update->diff.chunks_moved, " of ",
+                     chunks, " chunks would move, under update_rate");
     return std::nullopt;
   }
   v1::Policy next;

@@ -368,17 +368,6 @@ TEST_CASE("mlp with LTP and 1% loss on every link is within 0.5 pp of lossless t
   CHECK(std::abs(lossy - lossless) <= 0.005);
 }
 
-// Polls `done` (progress of other threads, not a correctness condition)
-// for up to a minute.
-bool Eventually(const std::function<bool()>& done) {
-  const absl::Time give_up = absl::Now() + absl::Minutes(1);
-  while (!done()) {
-    if (absl::Now() > give_up) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
-}
-
 // The plan protocol (docs/plan.md) under a running job: server 0 gets a
 // new chunk map every few rounds, each pair delivered out of order (the
 // older one after the newer), starting one round after it is announced;
@@ -431,7 +420,8 @@ TEST_CASE("plans that change every few rounds, announced late and out of order, 
   uint32_t issued = 0;
   for (uint32_t step = 0; step < 6; ++step) {
     const uint32_t at = 4 + 8 * step;
-    REQUIRE(Eventually([&] { return lead.GetStats().iteration >= at; }));
+    REQUIRE(lead.AwaitStats([&](const ps::ShardServerStats& s) { return s.iteration >= at; },
+                            absl::Minutes(1)));
     const uint64_t newer = 3 + 2 * step;
     REQUIRE(lead.ProposePlan(random_map(newer), at + 2).ok());
     REQUIRE(lead.ProposePlan(random_map(newer - 1), at + 2).ok());  // late: superseded
@@ -439,12 +429,12 @@ TEST_CASE("plans that change every few rounds, announced late and out of order, 
     if (step > 0) continue;
     // Server 2 cannot hear of the plan: it opens the plan's first round
     // under the old one. Then the announcement gets through.
-    REQUIRE(Eventually([&] { return lead.GetStats().plan_next == newer; }));
+    REQUIRE(lead.AwaitStats([&](const ps::ShardServerStats& s) { return s.plan_next == newer; },
+                            absl::Minutes(1)));
     const uint32_t from = lead.GetStats().plan_next_from;
-    REQUIRE(Eventually([&] {
-      const ps::ShardServerStats s = third.GetStats();
-      return s.iteration == from && s.round_open;
-    }));
+    REQUIRE(third.AwaitStats(
+        [&](const ps::ShardServerStats& s) { return s.iteration == from && s.round_open; },
+        absl::Minutes(1)));
     CHECK(third.GetStats().plan_version == 1);
     c.net->SetLink(lead.local(), third.local(), lossy);
   }

@@ -164,6 +164,7 @@ void ShardServer::Announce(uint32_t t) {
           Announcement& a = announcements_[uint32_t(proposal_->map.version())];
           a.words.resize(words.size());
           std::memcpy(a.words.data(), words.data(), words.size() * sizeof(uint32_t));
+          changed_.SignalAll();  // AwaitStats: plan_next
         }
         proposal_.reset();
       }
@@ -360,6 +361,20 @@ bool ShardServer::WaitFinished(absl::Duration timeout) {
 
 ShardServerStats ShardServer::GetStats() const {
   absl::MutexLock lock(&mu_);
+  return StatsLocked();
+}
+
+bool ShardServer::AwaitStats(const std::function<bool(const ShardServerStats&)>& done,
+                             absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!done(StatsLocked())) {
+    if (changed_.WaitWithDeadline(&mu_, deadline)) return done(StatsLocked());
+  }
+  return true;
+}
+
+ShardServerStats ShardServer::StatsLocked() const {
   ShardServerStats s = stats_;
   s.round_open = round_open_;
   const Plan& newest = book_->newest();
@@ -448,6 +463,7 @@ transport::DropReason ShardServer::AcceptFlow(const Peer& from, const Header& fi
   // only once this server sent it under that plan)...
   if (first.plan != plan_version_) {
     ++(first.plan < plan_version_ ? stats_.stale_plan : stats_.plan_ahead);
+    changed_.SignalAll();  // AwaitStats
     return transport::DropReason::kUnexpected;
   }
   // ...and exactly our chunks cut at the job's packet size: anything
@@ -676,6 +692,7 @@ void ShardServer::Run() {
         round_ = t;
         round_open_ = true;
         epoch = membership_epoch_;
+        changed_.SignalAll();  // AwaitStats
       }
       Broadcast(t);
       return true;
@@ -816,6 +833,7 @@ void ShardServer::Run() {
     stats_.last_aggregate_ms =
         std::chrono::duration<double, std::milli>(agg_end - agg_start).count();
     stats_.last_round_ms = std::chrono::duration<double, std::milli>(agg_end - round_start).count();
+    changed_.SignalAll();  // AwaitStats
   }
   if (stop_) return;
   // Final parameters to everyone, then wait (bounded) for them to land.

@@ -32,6 +32,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -158,6 +159,11 @@ class ShardServer : public transport::Receiver {
   bool WaitFinished(absl::Duration timeout);
   void Stop();
   ShardServerStats GetStats() const;
+  // Blocks until `done` holds for the stats (checked whenever a round
+  // opens or closes, a plan is announced, or a push is refused for its
+  // plan) or `timeout` passed; returns whether it held.
+  bool AwaitStats(const std::function<bool(const ShardServerStats&)>& done,
+                  absl::Duration timeout) const;
   // This server's chunks of the parameters, in chunk order. Call only once
   // WaitFinished returned true (the round thread owns them until then).
   std::vector<float> OwnedParams() const;
@@ -204,6 +210,7 @@ class ShardServer : public transport::Receiver {
   // The plan that holds at `t` when it is not the one followed, copied.
   std::optional<Plan> PlanDue(uint32_t t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int ServerIndex(const transport::Peer& p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ShardServerStats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardServerConfig config_;
   const ChunkLayout layout_;
@@ -231,7 +238,7 @@ class ShardServer : public transport::Receiver {
   std::atomic<bool> stop_{false};
 
   mutable absl::Mutex mu_;
-  absl::CondVar changed_;
+  mutable absl::CondVar changed_;
   std::vector<transport::Peer> workers_ ABSL_GUARDED_BY(mu_);
   uint64_t membership_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool round_open_ ABSL_GUARDED_BY(mu_) = false;

@@ -399,13 +399,11 @@ TEST_CASE("a push of another plan is refused and counted; proposals are checked"
     options.plan = plan;
     auto h = (*worker)->Send(server->local(), 0, std::move(packets), options);
     // Refused flows are never acknowledged: wait for the count, then give up on it.
-    const absl::Time give_up = absl::Now() + absl::Seconds(20);
-    auto refused = [&] {
-      const ShardServerStats st = server->GetStats();
-      return plan == 0 ? st.stale_plan : st.plan_ahead;
-    };
-    while (refused() == 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
-    CHECK(refused() >= 1);
+    CHECK(server->AwaitStats(
+        [&](const ShardServerStats& st) {
+          return (plan == 0 ? st.stale_plan : st.plan_ahead) >= 1;
+        },
+        absl::Seconds(20)));
     (*worker)->Cancel(h);
     h->Wait(absl::Seconds(5));
   }
