@@ -45,6 +45,24 @@ inline void StartCluster(LocalCluster& c, int workers, const std::vector<std::st
   REQUIRE(WaitFor([&] { return c.AliveCount() == 3 + workers; }, absl::Seconds(15)));
 }
 
+// schedd, psd-0, psd-1, worker-0 and worker-1, each node on its own
+// loopback address (127.0.0.2-5), so schedd counts them as four hosts and
+// the links between them count for its policy loop.
+inline void StartHostsCluster(LocalCluster& c, const std::vector<std::string>& worker_flags = {}) {
+  REQUIRE(c.StartSchedd().ok());
+  int host = 2;
+  for (const char* id : {"psd-0", "psd-1", "worker-0", "worker-1"}) {
+    const bool psd = id[0] == 'p';
+    std::vector<std::string> flags = {"--data_listen=127.0.0." + std::to_string(host++) + ":0"};
+    if (!psd) flags.push_back("--cpu_threads=1");
+    if (!psd) flags.insert(flags.end(), worker_flags.begin(), worker_flags.end());
+    absl::Status s = c.StartNode(psd ? "psd" : "workerd", id, flags);
+    INFO(s.message());
+    REQUIRE(s.ok());
+  }
+  REQUIRE(WaitFor([&] { return c.AliveCount() == 5; }, absl::Seconds(15)));
+}
+
 inline const v1::NodeJobStatus* Node(const v1::JobStatus& j, const std::string& id) {
   for (const auto& n : j.nodes()) {
     if (n.node_id() == id) return &n;

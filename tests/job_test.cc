@@ -82,19 +82,7 @@ TEST_CASE("A traced job writes each round's timeline on every node") {
 // first job's checkpoints are gone once a second one starts checkpointing.
 TEST_CASE("An adaptive job reports its links; schedd keeps its plan; psctl shows both") {
   LocalCluster c("job-adaptive");
-  REQUIRE(c.StartSchedd().ok());
-  // Each node its own host (schedd groups nodes by data address): one
-  // loopback address each, so the links between them count.
-  int host = 2;
-  for (const char* id : {"psd-0", "psd-1", "worker-0", "worker-1"}) {
-    const bool psd = id[0] == 'p';
-    std::vector<std::string> flags = {"--data_listen=127.0.0." + std::to_string(host++) + ":0"};
-    if (!psd) flags.push_back("--cpu_threads=1");
-    absl::Status s = c.StartNode(psd ? "psd" : "workerd", id, flags);
-    INFO(s.message());
-    REQUIRE(s.ok());
-  }
-  REQUIRE(WaitFor([&] { return c.AliveCount() == 5; }, absl::Seconds(15)));
+  StartHostsCluster(c);
   const std::string job = WriteJob(c, "job.yaml",
                                    "name: adaptive\nmodel: mlp\niterations: 400\neval_every: 0\n"
                                    "chunk_size: 4096\nload_policy: elastic\nupdate_time_s: 1\n"
@@ -135,6 +123,52 @@ TEST_CASE("An adaptive job reports its links; schedd keeps its plan; psctl shows
     REQUIRE(n != nullptr);
     CHECK(n->report().rounds_by_deadline() == 0);
   }
+}
+
+// WLBS end to end: worker-1 computes 3x slower (compute_slowdown), so
+// schedd gives it a smaller share of the global batch; the job still
+// closes every round complete.
+TEST_CASE("A wlbs job gives a slowed worker a smaller batch") {
+  LocalCluster c("job-wlbs");
+  REQUIRE(c.StartSchedd().ok());
+  REQUIRE(c.StartNode("psd", "psd-0").ok());
+  REQUIRE(c.StartNode("workerd", "worker-0", {"--cpu_threads=1", "--report_every=5"}).ok());
+  REQUIRE(c.StartNode("workerd", "worker-1",
+                      {"--cpu_threads=1", "--report_every=5", "--compute_slowdown=3"})
+              .ok());
+  REQUIRE(WaitFor([&] { return c.AliveCount() == 4; }, absl::Seconds(15)));
+  const std::string job = WriteJob(c, "job.yaml",
+                                   "name: wlbs\nmodel: mlp\niterations: 300\neval_every: 0\n"
+                                   "batch_size: 64\nbatch_policy: wlbs\nupdate_time_s: 1\n");
+  const v1::JobStatus j = RunToEnd(c, job);
+  ProcessResult policy = c.Psctl({"policy", "show", "-o", "json"});
+  INFO(policy.stdout_text << policy.stderr_text);
+  REQUIRE(policy.exit_code == 0);
+  // The plan in force: worker-0 has more of the 128 samples than worker-1.
+  const std::string& out = policy.stdout_text;
+  const size_t in_force = out.find("\"policy\":{");
+  REQUIRE(in_force != std::string::npos);
+  auto batch_of = [&](const std::string& worker) {
+    const std::string key = "{\"worker\":\"" + worker + "\",\"batch_size\":";
+    const size_t at = out.find(key, in_force);
+    return at == std::string::npos ? -1 : std::atoi(out.c_str() + at + key.size());
+  };
+  CHECK(batch_of("worker-0") > 64);
+  CHECK(batch_of("worker-1") < 64);
+  CHECK(batch_of("worker-0") + batch_of("worker-1") == 128);
+  // The job ends when the workers are done; psd-0's report of the last
+  // round may come a heartbeat later.
+  v1::JobStatus last = j;
+  auto closed = [&] {
+    last = c.Job();
+    const v1::NodeJobStatus* psd = Node(last, "psd-0");
+    if (psd == nullptr) return false;
+    const v1::NodeJobReport& r = psd->report();
+    return r.rounds_complete() + r.rounds_by_deadline() + r.rounds_by_membership() == 300;
+  };
+  REQUIRE(WaitFor(closed, absl::Seconds(15)));
+  const v1::NodeJobStatus* psd = Node(last, "psd-0");
+  CHECK(psd->report().rounds_complete() == 300);
 }
 
 TEST_CASE("A checkpointed job leaves each psd's part in its store") {

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The main job: builds hetps (optimized), starts a local cluster on loopback
-# (1 schedd, 2 psd, 2 workerd), submits a training job (default: mlp on
+# (1 schedd, 2 psd, 2 workerd; --workers N for more), submits a training job (default: mlp on
 # Fashion-MNIST, deploy/jobs/mlp.yaml) with psctl, and shows its progress
 # until it ends; then stops the cluster. Exit status 0 when every job
 # succeeded. Several --job flags, or --repeat, run jobs one after another
 # on the same cluster; each ends with a line
-#   run-cluster: job K/N NAME STATE elapsed_s E train_s T samples_per_s S accuracy A
+#   run-cluster: job K/N NAME STATE elapsed_s E train_s T samples_per_s S accuracy A compute_s C
 # (E: schedd's running time; T: the slowest worker's training loop, its
 # compute, push and pull-wait time from when it holds the initial
 # parameters, as a DDP loop starts once its constructor synced them; S:
-# samples over T). Installs what it needs (Debian packages, idempotent). Stops only
+# samples over T; C: the workers' mean compute time). Installs what it needs (Debian packages, idempotent). Stops only
 # the daemons it started, by PID (SIGTERM: they drain and leave the cluster).
 # The control plane runs with mTLS: a development CA and certificates are
 # made in OUT/certs (tools/dev-certs.sh), and psctl's settings written to
@@ -17,7 +17,7 @@
 #
 # usage: tools/run-cluster.sh [--job FILE]... [--repeat N] [--keep]
 #                             [--refresh SECONDS] [--port BASE] [--out DIR]
-#                             [--trace DIR]
+#                             [--trace DIR] [--workers N] [--worker-flag NODE=FLAG]...
 #   --job       job spec to submit (default deploy/jobs/mlp.yaml); repeatable
 #   --repeat    submit the job list N times (default 1)
 #   --keep      keep the cluster running after the job, until Ctrl-C
@@ -25,6 +25,9 @@
 #   --port      schedd's control port; metrics ports follow (default 7070)
 #   --out       logs (default out/cluster)
 #   --trace     write round traces of psd and workerd to DIR (docs/tracing.md)
+#   --workers   workerd daemons (default 2)
+#   --worker-flag  one more flag for one workerd, e.g.
+#               worker-3=--compute_slowdown=2 (repeatable)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +38,8 @@ refresh=2
 base_port=7070
 out=out/cluster
 trace=()
+workers=2
+worker_flags=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --job) jobs+=("$2"); shift 2 ;;
@@ -44,12 +49,18 @@ while [ $# -gt 0 ]; do
     --port) base_port=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --trace) mkdir -p "$2"; trace=(--trace_dir="$(cd "$2" && pwd)"); shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    --workers) workers=$2; shift 2 ;;
+    --worker-flag) worker_flags+=("$2"); shift 2 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "run-cluster: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 [ ${#jobs[@]} -gt 0 ] || jobs=(deploy/jobs/mlp.yaml)
 case "$repeat" in ''|*[!0-9]*|0) echo "run-cluster: --repeat needs a positive number" >&2; exit 2 ;; esac
+case "$workers" in ''|*[!0-9]*|0) echo "run-cluster: --workers needs a positive number" >&2; exit 2 ;; esac
+for f in "${worker_flags[@]}"; do
+  case "$f" in worker-*=--*) ;; *) echo "run-cluster: --worker-flag needs NODE=--flag, got $f" >&2; exit 2 ;; esac
+done
 for j in "${jobs[@]}"; do
   [ -r "$j" ] || { echo "run-cluster: cannot read job spec $j" >&2; exit 2; }
 done
@@ -61,7 +72,9 @@ bin=$(bazel info --config=opt bazel-bin 2>/dev/null)
 mkdir -p "$out"
 rm -f "$out"/*.ready
 certs="$out/certs"
-bash tools/dev-certs.sh "$certs" >/dev/null
+worker_ids=()
+for w in $(seq 0 $((workers - 1))); do worker_ids+=("worker-$w"); done
+bash tools/dev-certs.sh "$certs" --nodes "schedd psd-0 psd-1 ${worker_ids[*]}" >/dev/null
 certs=$(cd "$certs" && pwd)
 cat >"$out/psctl.yaml" <<YAML
 endpoint: 127.0.0.1:$base_port
@@ -142,20 +155,24 @@ for node in psd-0 psd-1; do
     --metrics_listen="127.0.0.1:$((base_port + 2400 + i))" "${data_flags[@]}" "${trace[@]}" \
     --checkpoint_dir="$out/$node-checkpoints"
 done
-# Two trainers share this machine's cores: one BLAS thread each.
-for node in worker-0 worker-1; do
+# The trainers share this machine's cores: one BLAS thread each.
+for node in "${worker_ids[@]}"; do
   i=$((i + 1))
+  extra=()
+  for f in "${worker_flags[@]}"; do
+    [ "${f%%=*}" = "$node" ] && extra+=("${f#*=}")
+  done
   start workerd "$node" --scheduler="$schedd_addr" --listen=127.0.0.1:0 \
     --metrics_listen="127.0.0.1:$((base_port + 2400 + i))" --cpu_threads=1 "${data_flags[@]}" \
-    "${trace[@]}" --model_dir="$out/$node-models"
+    "${trace[@]}" --model_dir="$out/$node-models" "${extra[@]}"
 done
 
 psctl() { "$bin/clients/psctl/psctl" --config="$out/psctl.yaml" "$@"; }
 echo "run-cluster: psctl settings in $out/psctl.yaml (export HETPS_PSCTL_CONFIG=$(cd "$out" && pwd)/psctl.yaml)"
-echo "run-cluster: waiting for 5 live nodes ..."
+echo "run-cluster: waiting for $((3 + workers)) live nodes ..."
 for _ in $(seq 1 100); do
   n=$(psctl nodes -o json 2>/dev/null | grep -o '"state":"alive"' | wc -l || true)
-  [ "$n" -ge 5 ] && break
+  [ "$n" -ge $((3 + workers)) ] && break
   sleep 0.1
 done
 
@@ -206,9 +223,10 @@ ws = [x for x in j.get("nodes", []) if x.get("role") == "worker"]
 train = max((x.get("compute_seconds", 0) + x.get("push_seconds", 0) +
              x.get("pull_wait_seconds", 0) for x in ws), default=0)
 sps = it * batch * len(ws) / train if train else 0
+compute = sum(x.get("compute_seconds", 0) for x in ws) / len(ws) if ws else 0
 print(f"run-cluster: job {k}/{n} {job.get('name', '?')} {job.get('state', '?')} "
       f"elapsed_s {e:.2f} train_s {train:.2f} samples_per_s {sps:.0f} "
-      f"accuracy {job.get('test_accuracy', -1):.4f}")
+      f"accuracy {job.get('test_accuracy', -1):.4f} compute_s {compute:.2f}")
 PY
 }
 

@@ -35,12 +35,21 @@ void PolicyJson(const v1::Policy& p, JsonWriter* w) {
   w->Key("chunk_server").BeginArray();
   for (uint32_t s : p.chunk_server()) w->Uint(s);
   w->EndArray();
+  w->Key("worker_batches").BeginArray();
+  for (const v1::WorkerBatch& b : p.worker_batches()) {
+    w->BeginObject().Key("worker").String(b.worker_node_id());
+    w->Key("batch_size").Uint(b.batch_size()).EndObject();
+  }
+  w->EndArray();
   w->EndObject();
 }
 
 std::vector<std::string> PolicyRow(const v1::Policy& p, absl::Time now) {
-  std::string chunks, rates;
+  std::string chunks, rates, batches;
   for (int64_t c : p.server_chunks()) absl::StrAppend(&chunks, chunks.empty() ? "" : "/", c);
+  for (const v1::WorkerBatch& b : p.worker_batches()) {
+    absl::StrAppend(&batches, batches.empty() ? "" : "/", b.batch_size());
+  }
   for (double r : p.server_throughput_bytes_per_second()) {
     absl::StrAppend(&rates, rates.empty() ? "" : " ", absl::StrFormat("%.1f", r * 8 / 1e6));
   }
@@ -49,7 +58,8 @@ std::vector<std::string> PolicyRow(const v1::Policy& p, absl::Time now) {
           p.issued_unix_ms() > 0 ? Age(p.issued_unix_ms(), now) : "-",
           absl::StrFormat("%.0f%%", 100 * p.changed_fraction()),
           chunks,
-          rates.empty() ? "-" : rates};
+          rates.empty() ? "-" : rates,
+          batches.empty() ? "-" : batches};
 }
 
 }  // namespace
@@ -121,7 +131,7 @@ int PolicyCommand(const std::vector<std::string>& pos, const Connection& c, std:
   out << "job " << resp.policy().job_id() << ": plan version " << resp.policy().version()
       << " in force at schedd\nlast decision: " << resp.last_decision() << "\n\n";
   std::vector<std::vector<std::string>> rows = {
-      {"VERSION", "POLICY", "ISSUED", "CHANGED", "CHUNKS/PSD", "PSD MBIT/S"}};
+      {"VERSION", "POLICY", "ISSUED", "CHANGED", "CHUNKS/PSD", "PSD MBIT/S", "BATCH/WORKER"}};
   for (const v1::Policy& p : resp.history()) rows.push_back(PolicyRow(p, now));
   rows.push_back(PolicyRow(resp.policy(), now));
   out << Table(rows);

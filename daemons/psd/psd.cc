@@ -2,10 +2,12 @@
 
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include "absl/strings/match.h"
@@ -68,6 +70,13 @@ class Psd::Jobs final : public JobRunner {
     iteration_ = gauge("psd_job_iteration", "Rounds closed in the current job.");
     contributors_ = gauge("psd_round_contributors", "Workers averaged in the last round.");
     round_seconds_ = gauge("psd_round_seconds", "Duration of the last round (open to applied).");
+    round_hist_ =
+        &prometheus::BuildHistogram()
+             .Name("psd_round_duration_seconds")
+             .Help("Rounds by duration, open to applied.")
+             .Register(r)
+             .Add({}, prometheus::Histogram::BucketBoundaries(ps::kRoundSecondsBounds.begin(),
+                                                              ps::kRoundSecondsBounds.end()));
     aggregate_seconds_ =
         gauge("psd_aggregate_seconds", "Aggregation and optimizer time of the last round.");
     snapshot_seconds_ = gauge("psd_checkpoint_snapshot_seconds",
@@ -220,6 +229,9 @@ class Psd::Jobs final : public JobRunner {
     ps::ShardServerConfig c;
     c.server_index = static_cast<uint32_t>(index);
     c.num_servers = static_cast<uint32_t>(a.servers_size());
+    c.num_workers = static_cast<uint32_t>(a.workers_size());
+    c.batch_size = static_cast<uint32_t>(spec.batch_size);
+    c.batch_max = static_cast<uint32_t>(spec.BatchMax(c.num_workers));
     c.num_params = init.size();
     c.chunk_floats = static_cast<uint32_t>(spec.chunk_size);
     c.optimizer = spec.optimizer_config();
@@ -267,7 +279,7 @@ class Psd::Jobs final : public JobRunner {
     auto propose = [&](const v1::JobAssignment& a) {
       if (index != 0 || !a.has_plan() || a.plan().version() <= proposed) return;
       proposed = a.plan().version();
-      absl::Status s = ProposePlan(*server, a.plan(), c);
+      absl::Status s = ProposePlan(*server, a, c);
       logger().Log(s.ok() ? LogLevel::kInfo : LogLevel::kError, "plan proposed",
                    {{"job_id", a.job_id()},
                     {"version", static_cast<unsigned long long>(proposed)},
@@ -338,6 +350,7 @@ class Psd::Jobs final : public JobRunner {
     iteration_->Set(s.iteration);
     contributors_->Set(s.last_contributors);
     round_seconds_->Set(s.last_round_ms / 1e3);
+    AdvanceRoundHistogram(s);
     aggregate_seconds_->Set(s.last_aggregate_ms / 1e3);
     snapshot_seconds_->Set(s.last_snapshot_ms / 1e3);
     UpdateCheckpointMetrics();
@@ -352,6 +365,21 @@ class Psd::Jobs final : public JobRunner {
   }
 
  private:
+  // Adds the rounds closed since the last heartbeat to the histogram.
+  void AdvanceRoundHistogram(const ps::ShardServerStats& s) {
+    std::vector<double> added(s.round_buckets.size());
+    bool any = false;
+    for (size_t i = 0; i < added.size(); ++i) {
+      if (s.round_buckets[i] > last_.round_buckets[i]) {
+        added[i] = double(s.round_buckets[i] - last_.round_buckets[i]);
+        any = true;
+      }
+    }
+    if (any) round_hist_->ObserveMultiple(added, s.round_seconds_sum - last_.round_seconds_sum);
+    last_.round_buckets = s.round_buckets;
+    last_.round_seconds_sum = s.round_seconds_sum;
+  }
+
   // The checkpoint writer over this psd's store, opened at the first job
   // that asks; null (logged) without a checkpoint_dir or when the store
   // cannot be opened: the job then runs without checkpoints.
@@ -588,15 +616,33 @@ class Psd::Jobs final : public JobRunner {
   }
 
   // schedd's plan (docs/plan.md) to server 0, which picks when it starts.
-  static absl::Status ProposePlan(ps::ShardServer& server, const v1::Policy& plan,
+  static absl::Status ProposePlan(ps::ShardServer& server, const v1::JobAssignment& a,
                                   const ps::ShardServerConfig& c) {
+    const v1::Policy& plan = a.plan();
     ASSIGN_OR_RETURN(ps::ChunkLayout layout, ps::ChunkLayout::Create(c.num_params, c.chunk_floats));
     ASSIGN_OR_RETURN(ps::ChunkMap map,
                      ps::ChunkMap::FromOwners(layout, c.num_servers,
                                               std::vector<uint32_t>(plan.chunk_server().begin(),
                                                                     plan.chunk_server().end()),
                                               plan.version()));
-    return server.ProposePlan(map, 0);
+    // Batches by worker rank (none: the even split).
+    std::vector<uint32_t> batch;
+    if (plan.worker_batches_size() > 0) {
+      std::map<std::string, uint32_t> by_node;
+      for (const v1::WorkerBatch& b : plan.worker_batches()) {
+        by_node[b.worker_node_id()] = b.batch_size();
+      }
+      batch.assign(a.workers_size(), 0);
+      for (const v1::JobMember& m : a.workers()) {
+        auto it = by_node.find(m.node_id());
+        if (it == by_node.end() || m.rank() >= uint32_t(a.workers_size())) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("plan ", plan.version(), ": no batch for worker ", m.node_id()));
+        }
+        batch[m.rank()] = it->second;
+      }
+    }
+    return server.ProposePlan(map, std::move(batch), 0);
   }
 
   static absl::StatusOr<std::vector<transport::Peer>> LiveWorkers(const v1::JobAssignment& a) {
@@ -616,6 +662,7 @@ class Psd::Jobs final : public JobRunner {
   prometheus::Gauge* plan_version_;
   prometheus::Family<prometheus::Gauge>* delivered_;
   prometheus::Gauge *iteration_, *contributors_, *round_seconds_, *aggregate_seconds_;
+  prometheus::Histogram* round_hist_;
   // Checkpoints: the store and writer live as long as the daemon (opened
   // by the first job that asks).
   std::unique_ptr<storage::CheckpointStore> store_ ABSL_GUARDED_BY(mu_);

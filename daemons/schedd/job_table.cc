@@ -387,9 +387,14 @@ bool JobTable::IssuePlan(const v1::Policy& plan) {
   *a.mutable_plan() = plan;
   a.set_roster_version(a.roster_version() + 1);
   Save(j, true);
+  std::string batches;  // by worker, as psctl policy show has them
+  for (const v1::WorkerBatch& b : plan.worker_batches()) {
+    absl::StrAppend(&batches, batches.empty() ? "" : "/", b.batch_size());
+  }
   log_.Info("plan issued", {{"job_id", a.job_id()},
                             {"version", static_cast<unsigned long long>(plan.version())},
-                            {"changed_fraction", plan.changed_fraction()}});
+                            {"changed_fraction", plan.changed_fraction()},
+                            {"batches", batches}});
   return true;
 }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/policy/adlb.h"
 #include "lib/policy/policy_value.h"
+#include "lib/policy/wlbs.h"
 
 namespace hetps {
 
@@ -105,6 +106,44 @@ absl::StatusOr<std::vector<double>> PolicyShares(const std::string& load_policy,
   return d->share_bytes;
 }
 
+absl::StatusOr<std::vector<uint32_t>> WlbsBatches(const std::vector<double>& speed,
+                                                  uint32_t batch_size, uint32_t batch_max) {
+  const size_t n = speed.size();
+  if (n == 0 || batch_size == 0 || batch_max < batch_size) {
+    return absl::InvalidArgumentError("wlbs: no workers, or a batch_max below batch_size");
+  }
+  std::vector<uint32_t> out(n, 0);
+  std::vector<bool> capped(n, false);
+  int64_t left = int64_t(n) * batch_size;
+  // Proportional shares; a worker over batch_max gets batch_max and the
+  // rest is split again over the others (at most n rounds).
+  for (size_t round = 0; round < n; ++round) {
+    std::vector<size_t> open;
+    std::vector<double> weights;
+    for (size_t k = 0; k < n; ++k) {
+      if (!capped[k]) {
+        open.push_back(k);
+        weights.push_back(speed[k]);
+      }
+    }
+    absl::StatusOr<std::vector<int64_t>> split = policy::SplitProportional(left, weights, 1);
+    if (!split.ok()) return split.status();
+    bool over = false;
+    for (size_t i = 0; i < open.size(); ++i) {
+      if ((*split)[i] > int64_t(batch_max)) {
+        capped[open[i]] = true;
+        out[open[i]] = batch_max;
+        left -= batch_max;
+        over = true;
+      }
+    }
+    if (over) continue;
+    for (size_t i = 0; i < open.size(); ++i) out[open[i]] = uint32_t((*split)[i]);
+    return out;
+  }
+  return absl::InvalidArgumentError("wlbs: batch_max too small for the global batch");
+}
+
 std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable& links,
                                            int64_t now_ms) {
   const int64_t chunks = job.num_chunks;
@@ -113,7 +152,9 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
     // A new job, or a recovery: every psd starts again from the even split.
     if (job.job_id != job_id_) history_.clear();
     job_id_ = job.job_id;
+    servers_ = job.servers;
     epoch_ = job.recovery_epoch;
+    work_seen_ = job.work;
     current_ = v1::Policy();
     current_.set_version(1);
     current_.set_job_id(job.job_id);
@@ -124,12 +165,116 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
       current_.add_server_chunks(even[s]);
       for (int64_t k = 0; k < even[s]; ++k, ++c) current_.add_chunk_server(uint32_t(s));
     }
+    for (const std::string& w : job.workers) {
+      v1::WorkerBatch* b = current_.add_worker_batches();
+      b->set_worker_node_id(w);
+      b->set_batch_size(job.batch_size);
+    }
     next_ms_ = now_ms + job.update_time_ms;
     last_decision_ = "waiting for the first update period";
     return std::nullopt;
   }
   if (now_ms < next_ms_) return std::nullopt;
   next_ms_ = now_ms + job.update_time_ms;
+  v1::Policy next = current_;
+  std::string load_why, batch_why;
+  const bool load =
+      job.load_policy != "average" && DecideLoad(job, links, now_ms, &next, &load_why);
+  const bool batches = job.batch_policy == "wlbs" && DecideBatches(job, &next, &batch_why);
+  last_decision_ = load_why.empty() || batch_why.empty() ? load_why + batch_why
+                                                         : absl::StrCat(load_why, "; ", batch_why);
+  if (!load && !batches) return std::nullopt;
+  if (!load) next.set_changed_fraction(0);
+  next.set_version(current_.version() + 1);
+  next.set_job_id(job.job_id);
+  next.set_recovery_epoch(job.recovery_epoch);
+  next.set_issued_unix_ms(now_ms);
+  next.set_load_policy(job.load_policy);
+  history_.push_back(current_);
+  if (history_.size() > kHistoryMax) history_.erase(history_.begin());
+  current_ = next;
+  last_decision_ = absl::StrCat("issued version ", next.version(), ": ", last_decision_);
+  return next;
+}
+
+bool PolicyLoop::DecideBatches(const PolicyJob& job, v1::Policy* next, std::string* why) {
+  // Each worker's speed over the last period: samples per second of
+  // compute (what a bigger batch costs it).
+  std::vector<double> speed(job.workers.size());
+  std::vector<double> time(job.workers.size());
+  std::map<std::string, uint32_t> batch;
+  for (const v1::WorkerBatch& b : current_.worker_batches()) {
+    batch[b.worker_node_id()] = b.batch_size();
+  }
+  bool measured = true;
+  for (size_t k = 0; k < job.workers.size(); ++k) {
+    const std::string& id = job.workers[k];
+    if (job.gone.count(id) > 0) {  // WLBS: a failed worker's work goes to the others
+      speed[k] = 0;
+      time[k] = 0;
+      continue;
+    }
+    auto now = job.work.find(id);
+    auto was = work_seen_.find(id);
+    const WorkerWork before = was != work_seen_.end() ? was->second : WorkerWork();
+    const int64_t samples = now != job.work.end() ? now->second.samples - before.samples : 0;
+    const double secs = now != job.work.end() ? now->second.compute_s - before.compute_s : 0;
+    if (samples <= 0 || secs <= 0) {
+      *why = absl::StrCat("batches kept: worker ", id, " computed nothing in the last period");
+      measured = false;
+      break;
+    }
+    speed[k] = double(samples) / secs;
+    const uint32_t b = batch.count(id) > 0 ? batch[id] : job.batch_size;
+    time[k] = b / speed[k];
+  }
+  work_seen_ = job.work;
+  if (!measured || job.workers.empty()) return false;
+  // WLBS's minor adjustment, all workers at once: the split in proportion
+  // to the speeds, issued only when it would shorten an iteration's
+  // compute (its slowest worker's) by more than update_rate at the speeds
+  // just measured. Speeds on a shared machine wobble; this keeps the wobble
+  // from moving batches, and still moves them for any imbalance worth it.
+  absl::StatusOr<std::vector<uint32_t>> split = WlbsBatches(speed, job.batch_size, job.batch_max);
+  if (!split.ok()) {
+    *why = std::string(split.status().message());
+    return false;
+  }
+  double now_s = 0, then_s = 0;
+  for (size_t k = 0; k < job.workers.size(); ++k) {
+    if (speed[k] <= 0) continue;  // gone
+    now_s = std::max(now_s, time[k]);
+    then_s = std::max(then_s, (*split)[k] / speed[k]);
+  }
+  const double gain = now_s > 0 ? (now_s - then_s) / now_s : 0;
+  // A worker gone with more than its one sample: its share is computed by
+  // nobody until it moves, whatever that costs the others.
+  bool reclaim = false;
+  for (const std::string& id : job.gone) {
+    auto it = batch.find(id);
+    reclaim = reclaim || (it != batch.end() ? it->second : job.batch_size) > 1;
+  }
+  if (!reclaim && gain <= job.update_rate) {
+    *why = absl::StrCat("batches kept: a new split would shorten compute by ", gain,
+                        ", not over update_rate");
+    return false;
+  }
+  next->clear_worker_batches();
+  for (size_t k = 0; k < job.workers.size(); ++k) {
+    v1::WorkerBatch* b = next->add_worker_batches();
+    b->set_worker_node_id(job.workers[k]);
+    b->set_batch_size((*split)[k]);
+  }
+  *why = reclaim ? absl::StrCat("batches rebalanced: ", job.gone.size(),
+                                " gone worker(s)' share moved to the others")
+                 : absl::StrCat("batches rebalanced: compute ", gain, " shorter");
+  return true;
+}
+
+bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_t now_ms,
+                            v1::Policy* next, std::string* why) {
+  const int64_t chunks = job.num_chunks;
+  const size_t servers = job.servers.size();
   // Each psd's host: what one of its nodes moved at once. A node's flows
   // of one phase run together (a psd takes every push of a round at once,
   // a worker every pull), so the sum of the fresh rates into a node, or
@@ -157,9 +302,9 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
       }
     }
     if (rate[s] <= 0) {
-      last_decision_ = absl::StrCat("no link of ", job.servers[s], "'s host measured in the last ",
-                                    3 * job.update_time_ms / 1000, " s");
-      return std::nullopt;
+      *why = absl::StrCat("no link of ", job.servers[s], "'s host measured in the last ",
+                          3 * job.update_time_ms / 1000, " s");
+      return false;
     }
   }
   // Measurement noise does not move chunks: only a host whose throughput
@@ -171,16 +316,15 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
       moved = std::max(moved, std::abs(rate[s] - was) / was);
     }
     if (moved <= job.update_rate) {
-      last_decision_ =
-          absl::StrCat("kept version ", current_.version(), ": every psd's throughput within ",
-                       job.update_rate, " of the plan's (largest change ", moved, ")");
-      return std::nullopt;
+      *why = absl::StrCat("kept version ", current_.version(), ": every psd's throughput within ",
+                          job.update_rate, " of the plan's (largest change ", moved, ")");
+      return false;
     }
   }
   absl::StatusOr<std::vector<double>> shares = PolicyShares(job.load_policy, rate);
   if (!shares.ok()) {
-    last_decision_ = std::string(shares.status().message());
-    return std::nullopt;
+    *why = std::string(shares.status().message());
+    return false;
   }
   const std::vector<int64_t> counts = WithProbes(ChunkCounts(*shares, chunks), job.probe_chunks);
   std::vector<int> previous(current_.chunk_server().begin(), current_.chunk_server().end());
@@ -188,8 +332,8 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
   std::iota(ids.begin(), ids.end(), 0);
   absl::StatusOr<std::vector<int>> owners = policy::RebalanceChunks(previous, ids, counts);
   if (!owners.ok()) {
-    last_decision_ = std::string(owners.status().message());
-    return std::nullopt;
+    *why = std::string(owners.status().message());
+    return false;
   }
   policy::PolicyValue from, to;
   from.version = current_.version();
@@ -199,34 +343,28 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
   // forth cost their moves and gain nothing measurable.
   absl::StatusOr<policy::UpdateResult> update = policy::Update(from, to, job.update_rate);
   if (!update.ok()) {
-    last_decision_ = std::string(update.status().message());
-    return std::nullopt;
+    *why = std::string(update.status().message());
+    return false;
   }
   if (!update->issued || update->diff.chunks_moved == 0) {
     // About the same map: the new throughputs are its basis from now on.
     current_.clear_server_throughput_bytes_per_second();
     for (double r : rate) current_.add_server_throughput_bytes_per_second(r);
-    last_decision_ =
-        absl::StrCat("kept version ", current_.version(), ": ", update->diff.chunks_moved, " of ",
-                     chunks, " chunks would move, under update_rate");
-    return std::nullopt;
+    *next->mutable_server_throughput_bytes_per_second() =
+        current_.server_throughput_bytes_per_second();
+    *why = absl::StrCat("kept version ", current_.version(), ": ", update->diff.chunks_moved,
+                        " of ", chunks, " chunks would move, under update_rate");
+    return false;
   }
-  v1::Policy next;
-  next.set_version(update->value.version);
-  next.set_job_id(job.job_id);
-  next.set_recovery_epoch(job.recovery_epoch);
-  next.set_issued_unix_ms(now_ms);
-  next.set_load_policy(job.load_policy);
-  next.set_changed_fraction(update->diff.rate);
-  for (double r : rate) next.add_server_throughput_bytes_per_second(r);
-  for (int64_t c : counts) next.add_server_chunks(c);
-  for (int o : *owners) next.add_chunk_server(uint32_t(o));
-  history_.push_back(current_);
-  if (history_.size() > kHistoryMax) history_.erase(history_.begin());
-  current_ = next;
-  last_decision_ = absl::StrCat("issued version ", next.version(), ": ", update->diff.chunks_moved,
-                                " of ", chunks, " chunks move");
-  return next;
+  next->set_changed_fraction(update->diff.rate);
+  next->clear_server_throughput_bytes_per_second();
+  for (double r : rate) next->add_server_throughput_bytes_per_second(r);
+  next->clear_server_chunks();
+  for (int64_t c : counts) next->add_server_chunks(c);
+  next->clear_chunk_server();
+  for (int o : *owners) next->add_chunk_server(uint32_t(o));
+  *why = absl::StrCat(update->diff.chunks_moved, " of ", chunks, " chunks move");
+  return true;
 }
 
 }  // namespace hetps

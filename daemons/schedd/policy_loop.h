@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,10 +64,30 @@ std::vector<int64_t> WithProbes(std::vector<int64_t> counts, int64_t probe = 1);
 absl::StatusOr<std::vector<double>> PolicyShares(const std::string& load_policy,
                                                  const std::vector<double>& throughput_Bps);
 
+// WLBS (docs/plan.md): the global batch split over the workers in
+// proportion to their speeds (samples per compute second, each > 0), each
+// 1 to batch_max, summing to workers x batch_size. O(W^2) worst case.
+absl::StatusOr<std::vector<uint32_t>> WlbsBatches(const std::vector<double>& speed,
+                                                  uint32_t batch_size, uint32_t batch_max);
+
+// A worker's progress as it reports it (cumulative).
+struct WorkerWork {
+  int64_t samples = 0;
+  double compute_s = 0;
+};
+
 struct PolicyJob {
   std::string job_id;
   uint32_t recovery_epoch = 0;
-  std::string load_policy;
+  std::string load_policy;  // average: the chunk map stays the even split
+  std::string batch_policy = "equal";
+  uint32_t batch_size = 1;
+  uint32_t batch_max = 1;
+  std::vector<std::string> workers;        // node ids by rank
+  std::map<std::string, WorkerWork> work;  // by node id
+  // Workers gone from the job (died or left): their share goes to the
+  // others, each keeping one sample (a plan's batches cover every rank).
+  std::set<std::string> gone;
   int64_t update_time_ms = 10'000;
   double update_rate = 0.1;
   int64_t num_chunks = 0;
@@ -87,17 +108,32 @@ class PolicyLoop {
   // or too little changed. A job or recovery epoch it has not seen starts
   // from version 1 (the even split). `why` says what happened (status).
   std::optional<v1::Policy> Tick(const PolicyJob& job, const LinkTable& links, int64_t now_ms);
+  // Whether Tick would do anything for this job now (a new job or epoch,
+  // or a period over): callers gather a PolicyJob only then.
+  bool Due(const std::string& job_id, uint32_t recovery_epoch, int64_t now_ms) const {
+    return job_id != job_id_ || recovery_epoch != epoch_ || now_ms >= next_ms_;
+  }
 
   // The job's plan in force at schedd (version 1 before any), and the
   // plans issued, oldest first.
   const v1::Policy& current() const { return current_; }
   const std::vector<v1::Policy>& history() const { return history_; }
   const std::string& job_id() const { return job_id_; }
+  // The servers of that job, by index (node ids).
+  const std::vector<std::string>& servers() const { return servers_; }
   // What the last Tick decided, for psctl policy show.
   const std::string& last_decision() const { return last_decision_; }
 
  private:
+  // The chunk map's part of a decision: a new map in next (false: keep).
+  bool DecideLoad(const PolicyJob& job, const LinkTable& links, int64_t now_ms, v1::Policy* next,
+                  std::string* why);
+  // The batches' part: new worker_batches in next (false: keep).
+  bool DecideBatches(const PolicyJob& job, v1::Policy* next, std::string* why);
+
   std::string job_id_;
+  std::vector<std::string> servers_;
+  std::map<std::string, WorkerWork> work_seen_;  // at the last decision
   uint32_t epoch_ = 0;
   int64_t next_ms_ = 0;
   v1::Policy current_;

@@ -84,6 +84,7 @@ TEST_CASE("the policy loop issues a plan when the links say so, and not for nois
   measure(noisy, 2500);
   CHECK(!loop.Tick(job, links, 3000));
   CHECK(loop.current().version() == 2);
+  CHECK(loop.last_decision().find("kept version 2") != std::string::npos);
   // Rates permuted: a new plan, moving chunks from the new slowest.
   const double permuted[] = {rate[3], rate[2], rate[1], rate[0]};
   measure(permuted, 3500);
@@ -137,6 +138,83 @@ TEST_CASE("elastic and Algorithm 1 shares", "[policy]") {
   REQUIRE(alg1.ok());
   CHECK((*alg1)[0] > (*alg1)[3]);
   CHECK(!PolicyShares("average", {1, 1}).ok());
+}
+
+TEST_CASE("WLBS batches follow the speeds, capped, summing to the global batch", "[policy]") {
+  CHECK(*WlbsBatches({1, 1, 1, 0.5}, 64, 256) == std::vector<uint32_t>{73, 73, 73, 37});
+  CHECK(*WlbsBatches({1, 1}, 32, 128) == std::vector<uint32_t>{32, 32});
+  // One worker 10x faster: capped at batch_max, the rest split again.
+  CHECK(*WlbsBatches({10, 1, 1}, 10, 20) == std::vector<uint32_t>{20, 5, 5});
+  // Every worker gets at least one sample.
+  CHECK(*WlbsBatches({1000, 1}, 4, 8) == std::vector<uint32_t>{7, 1});
+  CHECK(!WlbsBatches({}, 4, 8).ok());
+  CHECK(!WlbsBatches({1, 1}, 4, 3).ok());
+}
+
+TEST_CASE("the policy loop rebalances batches when compute times diverge, not for noise",
+          "[policy]") {
+  PolicyJob job;
+  job.job_id = "job-w";
+  job.load_policy = "average";  // batches only: no links needed
+  job.batch_policy = "wlbs";
+  job.batch_size = 64;
+  job.batch_max = 256;
+  job.update_time_ms = 1000;
+  job.update_rate = 0.1;
+  job.num_chunks = 8;
+  job.servers = {"p0"};
+  job.workers = {"w0", "w1", "w2", "w3"};
+  LinkTable links;
+  PolicyLoop loop;
+  CHECK(!loop.Tick(job, links, 0).has_value());  // version 1: equal batches
+  REQUIRE(loop.current().worker_batches_size() == 4);
+  CHECK(loop.current().worker_batches(3).batch_size() == 64);
+  // A period in which w3 computed at half the others' speed.
+  double secs = 0;
+  auto period = [&](const std::vector<double>& speed, const std::vector<uint32_t>& batch) {
+    secs += 1;
+    for (size_t k = 0; k < 4; ++k) {
+      if (speed[k] <= 0) continue;  // gone: computes nothing
+      WorkerWork& w = job.work[job.workers[k]];
+      w.samples += int64_t(batch[k]) * 10;
+      w.compute_s += batch[k] * 10 / speed[k];
+    }
+  };
+  period({640, 640, 640, 320}, {64, 64, 64, 64});
+  std::optional<v1::Policy> p = loop.Tick(job, links, 1000);
+  REQUIRE(p.has_value());
+  CHECK(p->version() == 2);
+  std::vector<uint32_t> got;
+  for (const auto& b : p->worker_batches()) got.push_back(b.batch_size());
+  CHECK(got == std::vector<uint32_t>{73, 73, 73, 37});
+  CHECK(p->chunk_server_size() == 8);  // the chunk map stays the even split
+  CHECK(loop.last_decision().find("batches rebalanced") != std::string::npos);
+  // The slowest iteration: 64/320 s before, 37/320 s after: 0.42 shorter.
+  // Balanced now, with a little noise: kept.
+  period({650, 640, 630, 322}, got);
+  CHECK(!loop.Tick(job, links, 2000).has_value());
+  CHECK(loop.last_decision().find("batches kept") != std::string::npos);
+  // Not due before the next period.
+  CHECK(!loop.Tick(job, links, 2500).has_value());
+  // A worker that computed nothing keeps the split.
+  job.work["w2"].compute_s += 0;
+  for (const std::string& w : {"w0", "w1", "w3"}) job.work[w].samples += 100;
+  CHECK(!loop.Tick(job, links, 3000).has_value());
+  CHECK(loop.last_decision().find("computed nothing") != std::string::npos);
+  // w1 dies: its share goes to the others at once, one sample left to it.
+  job.gone = {"w1"};
+  period({640, 640, 640, 320}, got);
+  p = loop.Tick(job, links, 4000);
+  REQUIRE(p.has_value());
+  got.clear();
+  for (const auto& b : p->worker_batches()) got.push_back(b.batch_size());
+  CHECK(got[1] == 1);
+  CHECK(got[0] + got[2] + got[3] == 255);
+  CHECK(got[3] * 2 == Approx(got[0]).margin(2));
+  CHECK(loop.last_decision().find("gone") != std::string::npos);
+  // Then kept: nothing more to move.
+  period({640, 0, 640, 320}, got);
+  CHECK(!loop.Tick(job, links, 5000).has_value());
 }
 
 }  // namespace

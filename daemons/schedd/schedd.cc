@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -74,7 +75,39 @@ class Schedd::Metrics {
                              .Name("schedd_watch_overflows_total")
                              .Help("Watch streams closed because the watcher fell behind.")
                              .Register(r)
-                             .Add({})) {}
+                             .Add({})),
+        link_rate_(prometheus::BuildGauge()
+                       .Name("schedd_link_bytes_per_second")
+                       .Help("Newest reported throughput of each directed link between nodes.")
+                       .Register(r)),
+        link_age_(prometheus::BuildGauge()
+                      .Name("schedd_link_age_seconds")
+                      .Help("Time since each link's newest report.")
+                      .Register(r)),
+        plan_version_(prometheus::BuildGauge()
+                          .Name("schedd_plan_version")
+                          .Help("Version of the plan in force for the active adaptive job "
+                                "(0: none; 1: the even split).")
+                          .Register(r)
+                          .Add({})),
+        plans_issued_(prometheus::BuildCounter()
+                          .Name("schedd_plans_issued_total")
+                          .Help("Plans issued by the policy loop.")
+                          .Register(r)
+                          .Add({})),
+        plan_changed_(prometheus::BuildGauge()
+                          .Name("schedd_plan_changed_ratio")
+                          .Help("Fraction of chunks the plan in force moved.")
+                          .Register(r)
+                          .Add({})),
+        plan_chunks_(prometheus::BuildGauge()
+                         .Name("schedd_plan_server_chunks")
+                         .Help("Chunks each psd owns in the plan in force.")
+                         .Register(r)),
+        plan_rate_(prometheus::BuildGauge()
+                       .Name("schedd_plan_server_bytes_per_second")
+                       .Help("Host throughput of each psd the plan in force was made from.")
+                       .Register(r)) {}
 
   void Rpc(const char* method, grpc::StatusCode code) {
     rpcs_.Add({{"method", method}, {"code", CodeName(code)}}).Increment();
@@ -104,6 +137,49 @@ class Schedd::Metrics {
     }
   }
 
+  // Links and the active job's plan. Series of links and servers gone
+  // are removed, so the families hold what the tables hold.
+  void RefreshPolicy(const LinkTable& links, const PolicyLoop& loop, bool active, int64_t now_ms) {
+    std::set<std::pair<std::string, std::string>> seen;
+    for (const v1::LinkReport& l : links.All()) {
+      const auto key = std::make_pair(l.from_node_id(), l.to_node_id());
+      seen.insert(key);
+      const prometheus::Labels labels = {{"from", key.first}, {"to", key.second}};
+      link_rate_.Add(labels).Set(l.throughput_bytes_per_second());
+      link_age_.Add(labels).Set(std::max<int64_t>(0, now_ms - l.measured_unix_ms()) / 1e3);
+    }
+    for (const auto& key : links_shown_) {
+      if (seen.count(key) > 0) continue;
+      const prometheus::Labels labels = {{"from", key.first}, {"to", key.second}};
+      link_rate_.Remove(&link_rate_.Add(labels));
+      link_age_.Remove(&link_age_.Add(labels));
+    }
+    links_shown_ = std::move(seen);
+    const v1::Policy& p = loop.current();
+    std::set<std::string> servers;
+    if (active) {
+      for (size_t i = 0; i < loop.servers().size(); ++i) {
+        const std::string& id = loop.servers()[i];
+        servers.insert(id);
+        if (int(i) < p.server_chunks_size()) {
+          plan_chunks_.Add({{"server", id}}).Set(double(p.server_chunks(int(i))));
+        }
+        if (int(i) < p.server_throughput_bytes_per_second_size()) {
+          plan_rate_.Add({{"server", id}}).Set(p.server_throughput_bytes_per_second(int(i)));
+        }
+      }
+    }
+    for (const std::string& id : servers_shown_) {
+      if (servers.count(id) > 0) continue;
+      plan_chunks_.Remove(&plan_chunks_.Add({{"server", id}}));
+      plan_rate_.Remove(&plan_rate_.Add({{"server", id}}));
+    }
+    servers_shown_ = std::move(servers);
+    plan_version_.Set(active ? double(p.version()) : 0);
+    plan_changed_.Set(active ? p.changed_fraction() : 0);
+  }
+
+  prometheus::Counter& plans_issued() { return plans_issued_; }
   prometheus::Counter& deaths() { return deaths_; }
   prometheus::Gauge& watchers() { return watchers_; }
   prometheus::Counter& watch_overflows() { return watch_overflows_; }
@@ -139,6 +215,15 @@ class Schedd::Metrics {
   prometheus::Gauge& watchers_;
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Counter& watch_overflows_;
+  prometheus::Family<prometheus::Gauge>& link_rate_;
+  prometheus::Family<prometheus::Gauge>& link_age_;
+  prometheus::Gauge& plan_version_;
+  prometheus::Counter& plans_issued_;
+  prometheus::Gauge& plan_changed_;
+  prometheus::Family<prometheus::Gauge>& plan_chunks_;
+  prometheus::Family<prometheus::Gauge>& plan_rate_;
+  std::set<std::pair<std::string, std::string>> links_shown_;
+  std::set<std::string> servers_shown_;
 };
 
 class Schedd::Service final : public v1::Scheduler::Service {
@@ -325,8 +410,9 @@ class Schedd::Service final : public v1::Scheduler::Service {
     absl::MutexLock lock(&s_->policy_mu_);
     if (s_->policy_.job_id().empty()) {
       s_->metrics_->Rpc("GetPolicy", grpc::StatusCode::NOT_FOUND);
-      return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                          "no job with an adaptive load_policy has run since schedd started");
+      return grpc::Status(
+          grpc::StatusCode::NOT_FOUND,
+          "no adaptive job (load_policy or batch_policy: wlbs) has run since schedd started");
     }
     *resp->mutable_policy() = s_->policy_.current();
     for (const v1::Policy& p : s_->policy_.history()) *resp->add_history() = p;
@@ -515,18 +601,27 @@ void Schedd::ReaperLoop() {
 
 void Schedd::RunPolicy() {
   std::optional<v1::JobAssignment> a = jobs_->Running();
-  if (!a.has_value()) return;
-  absl::StatusOr<JobSpec> spec = ParseJobSpec(a->spec_yaml(), a->job_id());
-  if (!spec.ok() || !spec->adaptive()) return;
   absl::MutexLock lock(&policy_mu_);
-  if (chunks_for_ != a->job_id()) {
-    absl::StatusOr<train::ModelSpec> model = train::BuiltinModel(spec->model);
+  if (a.has_value() && spec_for_ != a->job_id()) {
+    // Once per job, not on every tick: the spec and its chunk count.
+    spec_for_ = a->job_id();
+    spec_ = ParseJobSpec(a->spec_yaml(), a->job_id());
+    absl::StatusOr<train::ModelSpec> model =
+        spec_.ok() ? train::BuiltinModel(spec_->model) : spec_.status();
     absl::StatusOr<size_t> params =
         model.ok() ? train::Model::CountParameters(*model) : model.status();
-    if (!params.ok()) return;
-    chunks_for_ = a->job_id();
-    num_chunks_ = int64_t((*params + spec->chunk_size - 1) / spec->chunk_size);
+    if (!params.ok()) spec_ = params.status();
+    if (spec_.ok()) num_chunks_ = int64_t((*params + spec_->chunk_size - 1) / spec_->chunk_size);
   }
+  const bool active = a.has_value() && spec_.ok() && spec_->adaptive();
+  const int64_t now_ms = absl::ToUnixMillis(clock_->Now());
+  if (now_ms >= metrics_due_ms_) {  // at most once a second: links may be many
+    metrics_due_ms_ = now_ms + 1000;
+    metrics_->RefreshPolicy(links_, policy_, active && policy_.job_id() == a->job_id(), now_ms);
+  }
+  // The job's members and progress are gathered only when a decision is due.
+  if (!active || !policy_.Due(a->job_id(), a->recovery_epoch(), now_ms)) return;
+  const JobSpec* spec = &*spec_;
   PolicyJob job;
   job.job_id = a->job_id();
   job.recovery_epoch = a->recovery_epoch();
@@ -540,14 +635,35 @@ void Schedd::RunPolicy() {
   job.probe_chunks =
       std::max<int64_t>(1, (spec->probe_chunk_bytes + chunk_bytes - 1) / chunk_bytes);
   for (const v1::JobMember& m : a->servers()) job.servers.push_back(m.node_id());
+  job.batch_policy = spec->batch_policy;
+  job.batch_size = uint32_t(spec->batch_size);
+  job.batch_max = uint32_t(spec->BatchMax(uint32_t(a->workers_size())));
+  job.workers.assign(a->workers_size(), "");
+  for (const v1::JobMember& m : a->workers()) {
+    if (m.rank() < uint32_t(a->workers_size())) job.workers[m.rank()] = m.node_id();
+    if (!m.alive()) job.gone.insert(m.node_id());
+  }
+  if (spec->batch_policy == "wlbs") {
+    // Each worker's progress as it last reported it (heartbeats).
+    absl::StatusOr<v1::JobStatus> status = jobs_->Get(a->job_id());
+    if (status.ok()) {
+      for (const v1::NodeJobStatus& n : status->nodes()) {
+        job.work[n.node_id()] = {n.report().samples(), n.report().compute_seconds()};
+      }
+    }
+  }
   for (const auto* members : {&a->servers(), &a->workers()}) {
     for (const v1::JobMember& m : *members) {
       absl::StatusOr<HostPort> hp = ParseHostPort(m.data_address());
       job.host_of[m.node_id()] = hp.ok() ? hp->host : m.node_id();
     }
   }
-  std::optional<v1::Policy> plan = policy_.Tick(job, links_, absl::ToUnixMillis(clock_->Now()));
-  if (plan.has_value()) jobs_->IssuePlan(*plan);
+  std::optional<v1::Policy> plan = policy_.Tick(job, links_, now_ms);
+  if (plan.has_value()) {
+    jobs_->IssuePlan(*plan);
+    metrics_->plans_issued().Increment();
+    metrics_due_ms_ = now_ms;  // show it at the next tick
+  }
 }
 
 void Schedd::Shutdown() {

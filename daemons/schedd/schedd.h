@@ -12,6 +12,7 @@
 #include <memory>
 #include <thread>
 
+#include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "daemons/schedd/job_table.h"
 #include "daemons/schedd/policy_loop.h"
@@ -20,6 +21,7 @@
 #include "lib/daemon/common_config.h"
 #include "lib/daemon/daemon_main.h"
 #include "lib/daemon/node_runtime.h"
+#include "lib/job/job_spec.h"
 #include "lib/membership/membership.h"
 
 namespace hetps {
@@ -74,8 +76,11 @@ class Schedd final : public Daemon {
   absl::Mutex policy_mu_;
   LinkTable links_ ABSL_GUARDED_BY(policy_mu_);
   PolicyLoop policy_ ABSL_GUARDED_BY(policy_mu_);
-  std::string chunks_for_ ABSL_GUARDED_BY(policy_mu_);  // the job num_chunks_ is of
+  // The running job's spec and chunk count, parsed once per job.
+  std::string spec_for_ ABSL_GUARDED_BY(policy_mu_);
+  absl::StatusOr<JobSpec> spec_ ABSL_GUARDED_BY(policy_mu_) = absl::NotFoundError("no job");
   int64_t num_chunks_ ABSL_GUARDED_BY(policy_mu_) = 0;
+  int64_t metrics_due_ms_ ABSL_GUARDED_BY(policy_mu_) = 0;  // next RefreshPolicy
   std::unique_ptr<Service> service_;
   std::thread reaper_;
   absl::Notification stop_;

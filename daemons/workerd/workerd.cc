@@ -3,6 +3,8 @@
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 
+#include <tuple>
+
 #include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
 #include "lib/daemon/artifacts.h"
@@ -19,6 +21,10 @@ void DeclareWorkerdConfig(ConfigSchema* schema, WorkerdConfig* c) {
   DeclareDataPlaneConfig(schema, &c->data);
   schema->Int("cpu_threads", &c->cpu_threads,
               "BLAS threads of the CPU backend (0 = OpenBLAS's default, every core).", 0, 1024);
+  schema->Double("compute_slowdown", &c->compute_slowdown,
+                 "Fault injection: each iteration's compute takes this many times as long (the "
+                 "trainer idles for the rest); 1 = off.",
+                 1, 100);
   schema->Int("report_every", &c->report_every,
               "Iterations between progress log lines and reports to schedd.", 1, 1 << 30);
   schema->String("model_dir", &c->model_dir,
@@ -44,6 +50,7 @@ class Workerd::Jobs final : public JobRunner {
     accuracy_ = gauge("workerd_job_test_accuracy",
                       "Newest test-set accuracy (rank 0 evaluates; -1 before the first).");
     samples_ = gauge("workerd_job_samples_per_second", "Training samples per second.");
+    batch_ = gauge("workerd_job_batch_size", "Samples in this worker's latest iteration.");
     auto& phase = prometheus::BuildCounter()
                       .Name("workerd_job_phase_seconds_total")
                       .Help(
@@ -92,6 +99,7 @@ class Workerd::Jobs final : public JobRunner {
                      OpenJobTrace(w_->config_.data, a, w_->runtime_->node_id()));
     c.trace = trace.get();
     c.trace_node = w_->runtime_->node_id();
+    c.compute_slowdown = w_->config_.compute_slowdown;
     // Rounds start once every member is ready: allow for slow starters.
     c.pull_timeout = absl::Seconds(120);
     ASSIGN_OR_RETURN(train::BackendKind kind, train::ParseBackendKind(spec.backend));
@@ -168,6 +176,10 @@ class Workerd::Jobs final : public JobRunner {
 
   void FillProgress(v1::NodeJobReport* r) override {
     WorkerProgress p = progress_snapshot();
+    {
+      absl::MutexLock lock(&mu_);  // fresher than the last report: WLBS's speeds
+      if (worker_ != nullptr) std::tie(p.samples, p.compute_s) = worker_->ComputeDone();
+    }
     r->set_iteration(p.iteration);
     r->set_total_iterations(p.total);
     r->set_loss(p.loss);
@@ -177,11 +189,14 @@ class Workerd::Jobs final : public JobRunner {
     r->set_push_seconds(p.push_s);
     r->set_pull_wait_seconds(p.pull_wait_s);
     r->set_start_wait_seconds(p.start_wait_s);
+    r->set_samples(p.samples);
+    r->set_batch_size(p.batch);
     iteration_->Set(static_cast<double>(p.iteration));
     total_->Set(static_cast<double>(p.total));
     loss_->Set(p.loss);
     accuracy_->Set(p.test_accuracy);
     samples_->Set(p.samples_per_s);
+    batch_->Set(static_cast<double>(p.batch));
     absl::MutexLock lock(&mu_);
     AdvanceCounter(compute_, p.compute_s, &last_.compute_s);
     AdvanceCounter(push_, p.push_s, &last_.push_s);
@@ -240,7 +255,7 @@ class Workerd::Jobs final : public JobRunner {
   BspWorker* worker_ ABSL_GUARDED_BY(mu_) = nullptr;
   WorkerProgress progress_ ABSL_GUARDED_BY(mu_);
   WorkerProgress last_ ABSL_GUARDED_BY(mu_);  // what the counters hold
-  prometheus::Gauge *iteration_, *total_, *loss_, *accuracy_, *samples_;
+  prometheus::Gauge *iteration_, *total_, *loss_, *accuracy_, *samples_, *batch_;
   prometheus::Counter *compute_, *push_, *pull_wait_, *start_wait_, *skipped_;
 };
 

@@ -30,6 +30,10 @@ struct WorkerdConfig {
   DataPlaneConfig data;
   // BLAS threads of the CPU backend; 0 = OpenBLAS's default (every core).
   int64_t cpu_threads = 0;
+  // Fault injection: every iteration's compute takes this many times as
+  // long (the trainer idles for the difference), so a slow worker can be
+  // shown without another machine (docs/plan.md, WLBS). 1: off.
+  double compute_slowdown = 1.0;
   // Iterations between progress log lines and reports (evaluations add more).
   int64_t report_every = 50;
   std::string model_dir;  // rank 0's saved models (empty: none)

@@ -33,11 +33,14 @@ const std::vector<uint32_t>& ShardSampler::Order(uint64_t epoch) {
 }
 
 std::vector<uint32_t> ShardSampler::Batch(uint64_t iteration) {
+  return Samples(iteration * batch_, batch_);
+}
+
+std::vector<uint32_t> ShardSampler::Samples(uint64_t first, uint32_t count) {
   std::vector<uint32_t> out;
   if (shard_.empty()) return out;
-  out.reserve(batch_);
-  const uint64_t first = iteration * batch_;
-  for (uint64_t pos = first; pos < first + batch_; ++pos) {
+  out.reserve(count);
+  for (uint64_t pos = first; pos < first + count; ++pos) {
     out.push_back(Order(pos / shard_.size())[pos % shard_.size()]);
   }
   return out;

@@ -21,6 +21,10 @@ class ShardSampler {
 
   // Dataset indices of iteration `iteration`'s batch (batch() of them).
   std::vector<uint32_t> Batch(uint64_t iteration);
+  // The `count` samples from position `first` of this worker's stream (its
+  // shard in a fresh order each epoch, one epoch after another): batches of
+  // varying size (docs/plan.md). Batch(t) is Samples(t * batch(), batch()).
+  std::vector<uint32_t> Samples(uint64_t first, uint32_t count);
   size_t shard_size() const { return shard_.size(); }
   uint32_t batch() const { return batch_; }
   // Epoch (pass over the shard) that `iteration` starts in.

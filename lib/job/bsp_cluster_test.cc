@@ -78,6 +78,9 @@ struct Cluster {
       c.endpoint.early_close = job.early_close();
       c.endpoint.tcp_congestion = job.tcp_congestion_name();
       c.transport = transport::TransportKindFor(job.transport);
+      c.num_workers = num_workers;
+      c.batch_size = static_cast<uint32_t>(job.batch_size);
+      c.batch_max = static_cast<uint32_t>(job.BatchMax(num_workers));
       if (configure) configure(s, &c);
       auto sv = ps::ShardServer::Create(c, init, Shared(c.endpoint));
       REQUIRE(sv.ok());
@@ -423,8 +426,8 @@ TEST_CASE("plans that change every few rounds, announced late and out of order, 
     REQUIRE(lead.AwaitStats([&](const ps::ShardServerStats& s) { return s.iteration >= at; },
                             absl::Minutes(1)));
     const uint64_t newer = 3 + 2 * step;
-    REQUIRE(lead.ProposePlan(random_map(newer), at + 2).ok());
-    REQUIRE(lead.ProposePlan(random_map(newer - 1), at + 2).ok());  // late: superseded
+    REQUIRE(lead.ProposePlan(random_map(newer), {}, at + 2).ok());
+    REQUIRE(lead.ProposePlan(random_map(newer - 1), {}, at + 2).ok());  // late: superseded
     issued = uint32_t(newer);
     if (step > 0) continue;
     // Server 2 cannot hear of the plan: it opens the plan's first round
@@ -461,6 +464,74 @@ TEST_CASE("plans that change every few rounds, announced late and out of order, 
     CHECK(ws.version == issued);
     CHECK(ws.bad_packets == 0);
   }
+}
+
+// WLBS in the data plane: plans that give the workers unequal batches
+// mid-job. Each worker trains on as many samples as its plan says, the
+// servers weight each push by them, and where the chunks live changes
+// nothing: two runs with the same batches and different chunk maps end bit
+// for bit alike, and unlike the run with equal batches.
+TEST_CASE("plans that change the workers' batches hold exactly from their round", "[bsp][wlbs]") {
+  JobSpec job = SmallJob(30);
+  job.batch_policy = "wlbs";
+  const std::vector<std::pair<uint32_t, std::vector<uint32_t>>> batches = {{6, {48, 16}},
+                                                                           {16, {20, 44}}};
+  auto run = [&](bool move_chunks, bool change_batches, std::vector<int64_t>* samples) {
+    Cluster c(job, 2, 2, absl::Seconds(30), 0.0,
+              [](int, ps::ShardServerConfig* sc) { sc->plan_lead = 1; });
+    c.Start();
+    samples->assign(2, 0);
+    std::vector<std::thread> threads;
+    for (int w = 0; w < 2; ++w) {
+      threads.emplace_back([&, w] {
+        CHECK(c.workers[w]
+                  ->Run(1, [&, w](const WorkerProgress& p) { (*samples)[w] = p.samples; })
+                  .ok());
+      });
+    }
+    const auto layout =
+        *ps::ChunkLayout::Create(c.workers[0]->params().size(), uint32_t(job.chunk_size));
+    ps::ShardServer& lead = *c.servers[0];
+    uint64_t version = 2;
+    for (const auto& step : batches) {
+      const uint32_t from = step.first;  // (a lambda cannot capture a structured binding)
+      const std::vector<uint32_t>& b = step.second;
+      REQUIRE(
+          lead.AwaitStats([&](const ps::ShardServerStats& s) { return s.iteration + 2 <= from; },
+                          absl::Minutes(1)));
+      std::vector<uint32_t> owners(layout.num_chunks());
+      for (uint32_t k = 0; k < owners.size(); ++k) {
+        owners[k] = move_chunks ? (k + uint32_t(version)) % 2 : (k < owners.size() / 2 ? 0 : 1);
+      }
+      auto map = *ps::ChunkMap::FromOwners(layout, 2, owners, version);
+      REQUIRE(lead.ProposePlan(map, change_batches ? b : std::vector<uint32_t>(), from).ok());
+      // Announced (a newer proposal would replace one still waiting).
+      REQUIRE(lead.AwaitStats(
+          [&](const ps::ShardServerStats& s) {
+            return s.plan_next == version || s.plan_version == version;
+          },
+          absl::Minutes(1)));
+      ++version;
+    }
+    for (auto& t : threads) t.join();
+    for (auto& s : c.servers) {
+      REQUIRE(s->WaitFinished(absl::Seconds(30)));
+      CHECK(s->GetStats().rounds_complete == 30);
+      CHECK(s->GetStats().plan_switches == 2);
+    }
+    CHECK(c.workers[0]->params() == c.workers[1]->params());
+    return c.workers[0]->params();
+  };
+  std::vector<int64_t> samples, moved_samples, even_samples;
+  const std::vector<float> weighted = run(false, true, &samples);
+  const std::vector<float> moved = run(true, true, &moved_samples);
+  const std::vector<float> even = run(false, false, &even_samples);
+  CHECK(weighted == moved);  // bit for bit
+  CHECK(weighted != even);
+  // Rounds 0-5 at 32 each, 6-15 at the first split, 16-29 at the second.
+  CHECK(samples == std::vector<int64_t>{6 * 32 + 10 * 48 + 14 * 20, 6 * 32 + 10 * 16 + 14 * 44});
+  CHECK(moved_samples == samples);
+  CHECK(even_samples == std::vector<int64_t>{30 * 32, 30 * 32});
 }
 
 }  // namespace

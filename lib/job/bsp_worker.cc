@@ -31,8 +31,12 @@ absl::StatusOr<std::unique_ptr<BspWorker>> BspWorker::Create(const BspWorkerConf
     ASSIGN_OR_RETURN(w->test_, LoadFashionMnist(config.job.dataset, false));
   }
   ASSIGN_OR_RETURN(train::ModelSpec spec, train::BuiltinModel(config.job.model));
+  // Sized for the largest batch a plan may give this worker (WLBS).
+  w->shape_.num_workers = config.workers;
+  w->shape_.batch_size = static_cast<uint32_t>(config.job.batch_size);
+  w->shape_.batch_max = static_cast<uint32_t>(config.job.BatchMax(config.workers));
   ASSIGN_OR_RETURN(w->model_,
-                   train::Model::Create(spec, backend, static_cast<int>(config.job.batch_size)));
+                   train::Model::Create(spec, backend, static_cast<int>(w->shape_.batch_max)));
   w->sampler_ =
       std::make_unique<ShardSampler>(w->train_.size(), config.rank, config.workers, config.job.seed,
                                      static_cast<uint32_t>(config.job.batch_size));
@@ -88,11 +92,19 @@ void BspWorker::SetServers(const std::vector<Peer>& servers) {
   complete_plan_.assign(servers.size(), 1);
   pulled_.assign(servers.size(), transport::FlowResult());
   if (!servers.empty() && (book_ == nullptr || book_->num_servers() != servers.size())) {
-    auto book = ps::PlanBook::Create(*layout_, static_cast<uint32_t>(servers.size()),
-                                     config_.endpoint.payload_floats());
+    ps::PlanShape shape = shape_;
+    shape.num_servers = static_cast<uint32_t>(servers.size());
+    auto book = ps::PlanBook::Create(*layout_, shape, config_.endpoint.payload_floats());
     book_ = book.ok() ? std::make_unique<ps::PlanBook>(std::move(*book)) : nullptr;
+    announcements_in_ = std::make_unique<ps::PlanReceiver>(layout_->num_chunks(), shape.num_workers,
+                                                           config_.endpoint.payload_floats());
   }
   arrived_.SignalAll();
+}
+
+std::pair<int64_t, double> BspWorker::ComputeDone() const {
+  absl::MutexLock lock(&live_mu_);
+  return compute_done_;
 }
 
 WorkerPlanStats BspWorker::plan_stats() const {
@@ -127,14 +139,11 @@ transport::DropReason BspWorker::AcceptFlow(const Peer& from, const Header& firs
   if (first.chunk_id == ps::kPlanChunk) {
     // An announcement: from server 0, of a plan newer than all known here.
     if (s != 0) return transport::DropReason::kUnexpected;
-    if (first.total_packets != (ps::PlanWords(layout_->num_chunks()) + pf - 1) / pf) {
-      return transport::DropReason::kBadFlowSize;
-    }
-    if (first.plan <= book_->newest().map.version()) return transport::DropReason::kUnexpected;
-    announce_flow_ = first.flow_id;
-    announce_open_ = true;
-    announce_words_.assign(ps::PlanWords(layout_->num_chunks()), 0);
-    return transport::DropReason::kNone;
+    const uint32_t newest = uint32_t(book_->newest().map.version());
+    if (first.plan <= newest) return transport::DropReason::kUnexpected;
+    return announcements_in_->Open(first.flow_id, first.total_packets, first.plan, newest)
+               ? transport::DropReason::kNone
+               : transport::DropReason::kBadFlowSize;
   }
   // Parameters come for iterations up to total_ (the final ones), newer
   // than the server's last complete flow: a later round, or the same one
@@ -164,12 +173,10 @@ void BspWorker::OnData(const Peer& from, const Header& h, const uint8_t* payload
   const int s = ServerIndex(from);
   const uint32_t floats = h.payload_bytes / sizeof(float);
   if (s >= 0 && h.chunk_id == ps::kPlanChunk) {
-    if (!announce_open_ || s != 0 || h.flow_id != announce_flow_ ||
-        uint64_t(h.chunk_offset) + floats > announce_words_.size()) {
+    if (s != 0 || announcements_in_ == nullptr ||
+        !announcements_in_->Write(h.flow_id, h.chunk_offset, payload, h.payload_bytes)) {
       ++bad_packets_;
-      return;
     }
-    std::memcpy(announce_words_.data() + h.chunk_offset, payload, h.payload_bytes);
     return;
   }
   if (s >= 0 && h.chunk_id == ps::kEmptyChunk) return;  // a server that owns no chunks
@@ -192,12 +199,10 @@ void BspWorker::OnFlowDone(const Peer& from, const transport::FlowResult& result
   absl::MutexLock lock(&mu_);
   const int s = ServerIndex(from);
   if (s < 0 || book_ == nullptr) return;
-  if (announce_open_ && s == 0 && result.flow_id == announce_flow_) {
-    announce_open_ = false;
-    absl::StatusOr<ps::Plan> plan =
-        ps::DecodePlan(announce_words_, *layout_, static_cast<uint32_t>(servers_.size()));
-    if (!result.complete() || !plan.ok() || plan->map.version() != result.plan ||
-        !book_->Add(plan->from, std::move(plan->map)).ok()) {
+  absl::StatusOr<ps::Plan> plan;
+  if (s == 0 && announcements_in_->Close(result.flow_id, result.complete(), result.plan, *layout_,
+                                         book_->shape(), &plan)) {
+    if (!plan.ok() || !book_->Add(plan->from, std::move(plan->map), std::move(plan->batch)).ok()) {
       ++bad_packets_;  // a malformed announcement: refused whole
       return;
     }
@@ -223,9 +228,13 @@ absl::Status BspWorker::Run(int64_t report_every,
   WorkerProgress p;
   p.total = total_;
   const size_t px = train_.pixels_per_image();
-  const int batch = static_cast<int>(config_.job.batch_size);
-  std::vector<float> x(size_t(batch) * px);
-  std::vector<uint8_t> y(batch);
+  // This worker's batch follows the plan of each iteration (WLBS); its
+  // samples are the next ones of its stream.
+  int batch = static_cast<int>(config_.job.batch_size);
+  const size_t batch_max = shape_.batch_max;
+  std::vector<float> x(batch_max * px);
+  std::vector<uint8_t> y(batch_max);
+  int64_t samples_done = 0;  // since the last report
   double loss_sum = 0;
   int64_t t;
   {
@@ -240,6 +249,9 @@ absl::Status BspWorker::Run(int64_t report_every,
   JsonWriter line;
   std::vector<transport::FlowResult> pulled;
   std::optional<ps::ChunkMap> map;  // the plan of the iteration pulled
+  // Position in this worker's sample stream; a resumed worker (a recovery
+  // starts from the even split) starts where equal batches would be.
+  uint64_t cursor = uint64_t(t) * config_.job.batch_size;
   for (;;) {
     // Pull: parameters t from every server (or newer, if we fell behind).
     const auto wait_start = Clock::now();
@@ -285,6 +297,7 @@ absl::Status BspWorker::Run(int64_t report_every,
       const uint32_t plan =
           complete_[0] == have ? complete_plan_[0] : book_->For(uint32_t(have)).map.version();
       map = book_->Get(plan)->map;
+      batch = static_cast<int>(book_->Get(plan)->batch[config_.rank]);
       plan_stats_.version = plan;
       for (size_t s = 0; s < complete_.size(); ++s) {
         if (complete_[s] <= have) continue;
@@ -300,6 +313,7 @@ absl::Status BspWorker::Run(int64_t report_every,
     first_pull = false;
     if (have > t) {
       p.skipped += have - t;
+      cursor += uint64_t(have - t) * batch;
       t = have;
     }
     if (t >= total_) break;  // the final parameters
@@ -307,7 +321,10 @@ absl::Status BspWorker::Run(int64_t report_every,
     // Compute.
     const auto compute_start = Clock::now();
     const uint64_t compute_us = mono->MonotonicMicros();
-    const std::vector<uint32_t> idx = sampler_->Batch(static_cast<uint64_t>(t));
+    const std::vector<uint32_t> idx = sampler_->Samples(cursor, static_cast<uint32_t>(batch));
+    cursor += batch;
+    samples_done += batch;
+    p.samples += batch;
     for (int i = 0; i < batch; ++i) {
       std::copy_n(train_.pixels.begin() + size_t(idx[i]) * px, px, x.begin() + size_t(i) * px);
       y[i] = train_.labels[idx[i]];
@@ -344,6 +361,7 @@ absl::Status BspWorker::Run(int64_t report_every,
         }
         transport::SendOptions options;
         options.plan = static_cast<uint32_t>(map->version());
+        options.samples = static_cast<uint32_t>(batch);
         options.loss_tolerant = config_.job.loss_tolerant() && !chunks.empty();
         handles[s] =
             endpoint_->Send(servers_[s], static_cast<uint32_t>(t), std::move(packets), options);
@@ -356,7 +374,15 @@ absl::Status BspWorker::Run(int64_t report_every,
                                                           absl::MakeSpan(grad_), push_ready));
     loss_sum += loss;
     ++loss_n;
+    if (config_.compute_slowdown > 1) {
+      const double took = secs(compute_start, Clock::now());
+      absl::SleepFor(absl::Seconds(took * (config_.compute_slowdown - 1)));
+    }
     p.compute_s += secs(compute_start, Clock::now());
+    {
+      absl::MutexLock lock(&live_mu_);
+      compute_done_ = {p.samples, p.compute_s};
+    }
     const auto push_start = Clock::now();
     const uint64_t push_us = mono->MonotonicMicros();
     push_ready(0);  // the rest
@@ -401,7 +427,9 @@ absl::Status BspWorker::Run(int64_t report_every,
     if (eval || (report_every > 0 && t % report_every == 0)) {
       p.loss = loss_n > 0 ? loss_sum / loss_n : 0;
       const auto now = Clock::now();
-      p.samples_per_s = double(t - last_report_it) * batch / std::max(1e-9, secs(last_report, now));
+      p.samples_per_s = double(samples_done) / std::max(1e-9, secs(last_report, now));
+      samples_done = 0;
+      p.batch = batch;
       p.test_accuracy = -1;
       if (eval) {
         // Evaluates the parameters pulled for this iteration (the model

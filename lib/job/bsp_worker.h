@@ -23,6 +23,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -50,6 +51,9 @@ struct BspWorkerConfig {
   // outlive the worker.
   TraceLog* trace = nullptr;
   std::string trace_node;  // the node id the lines name
+  // Fault injection (workerd's compute_slowdown): compute takes this many
+  // times as long; the worker idles for the difference. 1: off.
+  double compute_slowdown = 1.0;
 };
 
 struct WorkerProgress {
@@ -58,6 +62,8 @@ struct WorkerProgress {
   double loss = 0;
   double test_accuracy = -1;  // -1: not evaluated at this report
   double samples_per_s = 0;
+  int64_t batch = 0;     // samples in this worker's latest iteration
+  int64_t samples = 0;   // samples computed, cumulative (with compute_s: its speed)
   double compute_s = 0;  // cumulative time breakdown
   double push_s = 0;
   double pull_wait_s = 0;  // waiting for parameters, after the first ones
@@ -106,6 +112,9 @@ class BspWorker : public transport::Receiver {
   const std::vector<float>& params() const { return params_; }
   const train::EvalResult& final_eval() const { return final_eval_; }
   WorkerPlanStats plan_stats() const;
+  // Samples computed and compute seconds so far, updated every iteration
+  // (progress reports come every report_every; WLBS needs fresher speeds).
+  std::pair<int64_t, double> ComputeDone() const;
   int64_t total_iterations() const { return total_; }
 
   // transport::Receiver (endpoint thread)
@@ -131,7 +140,11 @@ class BspWorker : public transport::Receiver {
   train::EvalResult final_eval_;
   int64_t total_ = 0;
   std::atomic<bool> stop_{false};
-  int64_t start_ = 0;  // ResumeAt's iteration
+  int64_t start_ = 0;    // ResumeAt's iteration
+  ps::PlanShape shape_;  // the job's, for its plans
+
+  mutable absl::Mutex live_mu_;
+  std::pair<int64_t, double> compute_done_ ABSL_GUARDED_BY(live_mu_);
 
   mutable absl::Mutex mu_;
   absl::CondVar arrived_;
@@ -146,9 +159,7 @@ class BspWorker : public transport::Receiver {
   // The plans this worker knows (null until it knows its servers), and an
   // announcement being received from server 0.
   std::unique_ptr<ps::PlanBook> book_ ABSL_GUARDED_BY(mu_);
-  uint32_t announce_flow_ ABSL_GUARDED_BY(mu_) = 0;
-  bool announce_open_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<uint32_t> announce_words_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<ps::PlanReceiver> announcements_in_ ABSL_GUARDED_BY(mu_);
   uint64_t pull_packets_max_ = 0;  // a flow of every chunk
   WorkerPlanStats plan_stats_ ABSL_GUARDED_BY(mu_);
   // Per server: its latest parameter flow's FlowResult (traces).

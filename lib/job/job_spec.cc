@@ -69,6 +69,10 @@ void Bind(ConfigSchema& s, JobSpec& j) {
          "chunks per psd: average (even, fixed), or recomputed from measured links: elastic "
          "(in proportion to throughput), adlb-alg1 (ADLB Algorithm 1), adlb (exact optimum)",
          {"average", "elastic", "adlb-alg1", "adlb"});
+  s.Enum("batch_policy", &j.batch_policy,
+         "samples per worker per iteration: equal (batch_size each), or wlbs (the global batch "
+         "split by measured compute speed, up to 4x batch_size each)",
+         {"equal", "wlbs"});
   s.Int("update_time_s", &j.update_time_s, "seconds between policy decisions (UPDATE_TIME)", 1,
         86'400);
   s.Double("update_rate", &j.update_rate,
@@ -98,10 +102,11 @@ absl::Status Validate(const JobSpec& j, absl::string_view origin) {
   if (j.adaptive() && j.checkpoint_every_rounds > 0) {
     // A checkpoint holds a psd's chunks under the plan of its round; a
     // recovery restarts every psd on the even split (docs/plan.md).
-    return absl::InvalidArgumentError(
-        absl::StrCat(origin, ": 'load_policy: ", j.load_policy,
-                     "' cannot be combined with 'checkpoint_every_rounds' yet: checkpoints do not "
-                     "record the plan, so a recovery could not resume; use load_policy: average"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        origin, ": 'load_policy: ", j.load_policy, "' and 'batch_policy: ", j.batch_policy,
+        "' cannot be combined with 'checkpoint_every_rounds' yet: checkpoints do not "
+        "record the plan, so a recovery could not resume; use load_policy: average "
+        "and batch_policy: equal"));
   }
   train::OptimizerConfig oc = j.optimizer_config();
   oc.total_steps = 1;  // the servers set it from the job's iterations

@@ -8,6 +8,7 @@
 #ifndef HETPS_LIB_JOB_JOB_SPEC_H_
 #define HETPS_LIB_JOB_JOB_SPEC_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -70,7 +71,19 @@ struct JobSpec {
   int64_t probe_chunk_bytes = 64 << 10;  // PROBE_CHUNK_SIZE: smaller flows are not probes
   int64_t probe_chunk_num = 4;           // PROBE_CHUNK_NUM: probes per link estimate (the largest)
   int64_t plan_lead_rounds = 2;          // a plan starts this many rounds after psd 0 announces it
-  bool adaptive() const { return load_policy != "average"; }
+  // Batch per worker (docs/plan.md): equal (batch_size each, fixed), or
+  // wlbs: schedd splits the global batch (workers x batch_size) in
+  // proportion to each worker's measured compute speed, each at most
+  // kWlbsSpread x batch_size.
+  std::string batch_policy = "equal";
+  static constexpr int64_t kWlbsSpread = 4;
+  bool adaptive() const { return load_policy != "average" || batch_policy == "wlbs"; }
+  bool load_adaptive() const { return load_policy != "average"; }
+  // The most samples one of `workers` workers may be given per iteration.
+  int64_t BatchMax(uint32_t workers) const {
+    return batch_policy == "wlbs" ? std::min<int64_t>(workers, kWlbsSpread) * batch_size
+                                  : batch_size;
+  }
 
   bool loss_tolerant() const { return transport == "ltp"; }
   // TCP_CONGESTION name for the tcp transport ("" = the kernel default).

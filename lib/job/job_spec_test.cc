@@ -130,6 +130,21 @@ TEST_CASE("adaptive load policies: keys parsed, and not with checkpoints yet", "
       ParseJobSpec("iterations: 5\nload_policy: elastic\ncheckpoint_every_rounds: 10\n", "t");
   REQUIRE(!both.ok());
   CHECK(both.status().message().find("checkpoint_every_rounds") != absl::string_view::npos);
+  // WLBS: batches by worker speed, up to 4x batch_size each (at most the
+  // global batch); not with checkpoints either.
+  auto wlbs = ParseJobSpec("iterations: 5\nbatch_size: 16\nbatch_policy: wlbs\n", "t");
+  REQUIRE(wlbs.ok());
+  CHECK(wlbs->adaptive());
+  CHECK(!wlbs->load_adaptive());
+  CHECK(wlbs->BatchMax(8) == 64);
+  CHECK(wlbs->BatchMax(2) == 32);
+  auto equal = ParseJobSpec("iterations: 5\nbatch_size: 16\n", "t");
+  CHECK(equal->BatchMax(8) == 16);
+  CHECK(!ParseJobSpec("iterations: 5\nbatch_policy: fastest\n", "t").ok());
+  auto wlbs_ckpt =
+      ParseJobSpec("iterations: 5\nbatch_policy: wlbs\ncheckpoint_every_rounds: 10\n", "t");
+  REQUIRE(!wlbs_ckpt.ok());
+  CHECK(wlbs_ckpt.status().message().find("batch_policy") != absl::string_view::npos);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "lib/ps/aggregate.h"
 
 #include <algorithm>
+#include <tuple>
 
 namespace hetps {
 namespace ps {
@@ -72,36 +73,81 @@ std::vector<Range> MissingRanges(std::vector<Range> have, uint64_t len) {
   return gaps;
 }
 
+bool Unequal(const float* w, size_t n) {
+  for (size_t k = 1; k < n; ++k) {
+    if (w[k] != w[0]) return true;
+  }
+  return false;
+}
+
+void WeightedSum(const float* const* in, const float* w, size_t n, size_t len, float scale,
+                 float* out) {
+  if (n == 0) return;
+  // One input at a time (a vectorized axpy each), over tiles small enough
+  // that `out` stays in L1 across the inputs: each input byte is read once.
+  constexpr size_t kTile = 2048;
+  for (size_t at = 0; at < len; at += kTile) {
+    const size_t end = std::min(len, at + kTile);
+    const float* __restrict first = in[0];
+    float* __restrict o = out;
+    for (size_t i = at; i < end; ++i) o[i] = w[0] * first[i];
+    for (size_t k = 1; k < n; ++k) {
+      const float* __restrict p = in[k];
+      const float wk = w[k];
+      for (size_t i = at; i < end; ++i) o[i] += wk * p[i];
+    }
+    for (size_t i = at; i < end; ++i) o[i] *= scale;
+  }
+}
+
 uint64_t MeanUnbiased(const float* const* in, const std::vector<Range>* missing, size_t n,
-                      size_t len, float* out) {
+                      size_t len, float* out, const float* weights) {
   if (n == 0 || len == 0) return 0;
-  SumScaled(in, n, len, 1.0f / n, out);
+  if (weights != nullptr && !Unequal(weights, n)) weights = nullptr;
+  double total = double(n);
+  if (weights != nullptr) {
+    total = 0;
+    for (size_t k = 0; k < n; ++k) total += weights[k];
+    WeightedSum(in, weights, n, len, float(1.0 / total), out);
+  } else {
+    SumScaled(in, n, len, 1.0f / n, out);
+  }
   // Sweep the inputs' missing ranges: +1 at a begin, -1 at an end.
-  std::vector<std::pair<uint64_t, int>> events;
+  // (position, +-1, input): the absent weight is summed in input order.
+  std::vector<std::tuple<uint64_t, int, size_t>> events;
   for (size_t k = 0; k < n; ++k) {
     for (const Range& r : missing[k]) {
       if (r.begin >= r.end) continue;
-      events.push_back({r.begin, +1});
-      events.push_back({std::min<uint64_t>(r.end, len), -1});
+      events.push_back({r.begin, +1, k});
+      events.push_back({std::min<uint64_t>(r.end, len), -1, k});
     }
   }
   if (events.empty()) return 0;
   std::sort(events.begin(), events.end());
   std::vector<const float*> at(n);
   uint64_t partial = 0;
+  std::vector<bool> gone(n, false);
   int absent = 0;
   for (size_t e = 0; e < events.size();) {
-    const uint64_t pos = events[e].first;
-    while (e < events.size() && events[e].first == pos) absent += events[e++].second;
+    const uint64_t pos = std::get<0>(events[e]);
+    while (e < events.size() && std::get<0>(events[e]) == pos) {
+      absent += std::get<1>(events[e]);
+      gone[std::get<2>(events[e])] = std::get<1>(events[e]) > 0;
+      ++e;
+    }
     if (absent == 0 || e == events.size()) continue;
-    const uint64_t end = events[e].first;
+    const uint64_t end = std::get<0>(events[e]);
     if (end <= pos) continue;
     const size_t count = n - static_cast<size_t>(absent);
+    for (size_t k = 0; k < n; ++k) at[k] = in[k] + pos;
     if (count == 0) {
       std::fill(out + pos, out + end, 0.0f);
-    } else {
-      for (size_t k = 0; k < n; ++k) at[k] = in[k] + pos;
+    } else if (weights == nullptr) {
       SumScaled(at.data(), n, end - pos, 1.0f / count, out + pos);
+    } else {
+      double present = 0;
+      for (size_t k = 0; k < n; ++k) present += gone[k] ? 0.0 : weights[k];
+      WeightedSum(at.data(), weights, n, end - pos, float(1.0 / present), out + pos);
     }
     partial += end - pos;
   }

@@ -36,8 +36,22 @@ std::vector<Range> MissingRanges(std::vector<Range> have, uint64_t len);
 // n everywhere, biasing every bubbled element toward 0. Cost: one
 // SumScaled pass plus a second over the elements with bubbles.
 // Returns the number of elements whose count was below n.
+//
+// weights (n of them, each > 0; null: all 1): input k counts w[k] times,
+// out[i] = (sum of w[k] in[k][i] over the inputs whose element i arrived)
+//          / (sum of w[k] over them):
+// gradients averaged over different numbers of samples, weighted by them.
+// With all weights equal the result is bit-identical to null weights.
 uint64_t MeanUnbiased(const float* const* in, const std::vector<Range>* missing, size_t n,
-                      size_t len, float* out);
+                      size_t len, float* out, const float* weights = nullptr);
+
+// out[i] = (w[0] in[0][i] + ... + w[n-1] in[n-1][i]) * scale, summed in
+// that order, tile by tile. out must not overlap any input.
+void WeightedSum(const float* const* in, const float* w, size_t n, size_t len, float scale,
+                 float* out);
+
+// True when the n weights are not all equal (a weighted mean is needed).
+bool Unequal(const float* w, size_t n);
 
 }  // namespace ps
 }  // namespace hetps

@@ -121,6 +121,54 @@ TEST_CASE("unbiased mean keeps the scale where the zero-filled mean shrinks it",
   for (float x : out) CHECK(x == 1.0f);
 }
 
+TEST_CASE("a weighted mean counts each input by its samples, also over bubbles",
+          "[aggregate][wlbs]") {
+  // Worker 0 averaged 96 samples, worker 1 32; worker 1 lost [10, 20) and
+  // worker 0 lost [15, 25): there only the other one counts.
+  const size_t n = 2, len = 40;
+  std::vector<std::vector<float>> bufs = {std::vector<float>(len, 1.0f),
+                                          std::vector<float>(len, 5.0f)};
+  std::fill(bufs[1].begin() + 10, bufs[1].begin() + 20, 0.0f);
+  std::fill(bufs[0].begin() + 15, bufs[0].begin() + 25, 0.0f);
+  std::vector<std::vector<Range>> missing = {{{15, 25}}, {{10, 20}}};
+  std::vector<const float*> ptrs = {bufs[0].data(), bufs[1].data()};
+  const float w[] = {96.0f, 32.0f};
+  std::vector<float> out(len, -1.0f);
+  CHECK(MeanUnbiased(ptrs.data(), missing.data(), n, len, out.data(), w) == 15);
+  for (size_t i = 0; i < len; ++i) {
+    INFO("element " << i);
+    if (i >= 10 && i < 15) {
+      CHECK(out[i] == 1.0f);  // worker 0 alone
+    } else if (i >= 15 && i < 20) {
+      CHECK(out[i] == 0.0f);  // nobody
+    } else if (i >= 20 && i < 25) {
+      CHECK(out[i] == 5.0f);  // worker 1 alone
+    } else {
+      CHECK(out[i] == Approx((96.0 * 1 + 32.0 * 5) / 128));  // 2.0
+    }
+  }
+}
+
+TEST_CASE("equal weights give the unweighted mean bit for bit", "[aggregate][wlbs]") {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> d;
+  const size_t n = 3, len = 5000;
+  std::vector<std::vector<float>> bufs(n, std::vector<float>(len));
+  std::vector<const float*> ptrs;
+  for (auto& b : bufs) {
+    for (float& x : b) x = d(rng);
+    ptrs.push_back(b.data());
+  }
+  std::fill(bufs[2].begin() + 100, bufs[2].begin() + 700, 0.0f);
+  std::vector<std::vector<Range>> missing = {{}, {}, {{100, 700}}};
+  const float w[] = {64.0f, 64.0f, 64.0f};
+  std::vector<float> plain(len), weighted(len);
+  MeanUnbiased(ptrs.data(), missing.data(), n, len, plain.data());
+  MeanUnbiased(ptrs.data(), missing.data(), n, len, weighted.data(), w);
+  CHECK(plain == weighted);
+  CHECK(!Unequal(w, n));
+}
+
 }  // namespace
 }  // namespace ps
 }  // namespace hetps

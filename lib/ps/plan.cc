@@ -1,6 +1,7 @@
 #include "lib/ps/plan.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -19,17 +20,41 @@ std::vector<uint64_t> PacketsPerServer(const ChunkLayout& layout, const ChunkMap
 
 }  // namespace
 
-absl::StatusOr<PlanBook> PlanBook::Create(const ChunkLayout& layout, uint32_t num_servers,
+absl::Status PlanShape::CheckBatches(const std::vector<uint32_t>& batch) const {
+  if (batch.size() != num_workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan: ", batch.size(), " batches, the job has ", num_workers, " workers"));
+  }
+  uint64_t sum = 0;
+  for (uint32_t b : batch) {
+    if (b == 0 || b > batch_max) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan: a batch of ", b, " samples; 1 to ", batch_max, " here"));
+    }
+    sum += b;
+  }
+  if (sum != uint64_t(num_workers) * batch_size) {
+    return absl::InvalidArgumentError(absl::StrCat("plan: batches sum to ", sum,
+                                                   ", the job's global batch is ",
+                                                   uint64_t(num_workers) * batch_size));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PlanBook> PlanBook::Create(const ChunkLayout& layout, const PlanShape& shape,
                                           uint32_t payload_floats) {
-  absl::StatusOr<ChunkMap> even = ChunkMap::EvenSplit(layout, num_servers, 1);
+  if (shape.num_workers == 0 || shape.batch_size == 0 || shape.batch_max < shape.batch_size) {
+    return absl::InvalidArgumentError("plan: a job needs workers and a batch");
+  }
+  absl::StatusOr<ChunkMap> even = ChunkMap::EvenSplit(layout, shape.num_servers, 1);
   if (!even.ok()) return even.status();
-  PlanBook book(layout, num_servers, payload_floats);
+  PlanBook book(layout, shape, payload_floats);
   std::vector<uint64_t> packets = PacketsPerServer(layout, *even, payload_floats);
-  book.plans_.emplace(1, Plan{0, std::move(*even), std::move(packets)});
+  book.plans_.emplace(1, Plan{0, std::move(*even), shape.EvenBatches(), std::move(packets)});
   return book;
 }
 
-absl::Status PlanBook::Add(uint32_t from, ChunkMap map) {
+absl::Status PlanBook::Add(uint32_t from, ChunkMap map, std::vector<uint32_t> batch) {
   const Plan& last = newest();
   if (map.version() <= last.map.version() || map.version() > UINT32_MAX) {
     return absl::InvalidArgumentError(
@@ -39,14 +64,15 @@ absl::Status PlanBook::Add(uint32_t from, ChunkMap map) {
     return absl::InvalidArgumentError(absl::StrCat("plan ", map.version(), ": starts at iteration ",
                                                    from, ", not after ", last.from));
   }
-  if (map.num_servers() != num_servers_ || map.num_chunks() != layout_.num_chunks()) {
+  if (map.num_servers() != shape_.num_servers || map.num_chunks() != layout_.num_chunks()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "plan ", map.version(), ": ", map.num_chunks(), " chunks on ", map.num_servers(),
-        " servers, the job has ", layout_.num_chunks(), " on ", num_servers_));
+        " servers, the job has ", layout_.num_chunks(), " on ", shape_.num_servers));
   }
+  if (absl::Status s = shape_.CheckBatches(batch); !s.ok()) return s;
   std::vector<uint64_t> packets = PacketsPerServer(layout_, map, payload_floats_);
   const uint32_t v = static_cast<uint32_t>(map.version());
-  plans_.emplace(v, Plan{from, std::move(map), std::move(packets)});
+  plans_.emplace(v, Plan{from, std::move(map), std::move(batch), std::move(packets)});
   while (plans_.size() > kKept) plans_.erase(plans_.begin());
   return absl::OkStatus();
 }
@@ -63,34 +89,80 @@ const Plan& PlanBook::For(uint32_t iteration) const {
   return plans_.begin()->second;
 }
 
-std::vector<uint32_t> EncodePlan(uint32_t from, const ChunkMap& map) {
+std::vector<uint32_t> EncodePlan(uint32_t from, const ChunkMap& map,
+                                 const std::vector<uint32_t>& batch) {
   std::vector<uint32_t> words;
-  words.reserve(PlanWords(map.num_chunks()));
+  words.reserve(PlanWords(map.num_chunks(), uint32_t(batch.size())));
   words.push_back(static_cast<uint32_t>(map.version()));
   words.push_back(from);
   words.push_back(map.num_servers());
   words.push_back(map.num_chunks());
+  words.push_back(static_cast<uint32_t>(batch.size()));
   words.insert(words.end(), map.owners().begin(), map.owners().end());
+  words.insert(words.end(), batch.begin(), batch.end());
   return words;
 }
 
 absl::StatusOr<Plan> DecodePlan(const std::vector<uint32_t>& words, const ChunkLayout& layout,
-                                uint32_t num_servers) {
-  if (words.size() != PlanWords(layout.num_chunks())) {
-    return absl::InvalidArgumentError(absl::StrCat("plan announcement: ", words.size(),
-                                                   " words, this job's have ",
-                                                   PlanWords(layout.num_chunks())));
+                                const PlanShape& shape) {
+  const uint64_t want = PlanWords(layout.num_chunks(), shape.num_workers);
+  if (words.size() != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan announcement: ", words.size(), " words, this job's have ", want));
   }
   if (words[0] < 2) return absl::InvalidArgumentError("plan announcement: version below 2");
-  if (words[2] != num_servers || words[3] != layout.num_chunks()) {
-    return absl::InvalidArgumentError(absl::StrCat("plan announcement: ", words[3], " chunks on ",
-                                                   words[2], " servers, this job has ",
-                                                   layout.num_chunks(), " on ", num_servers));
+  if (words[2] != shape.num_servers || words[3] != layout.num_chunks() ||
+      words[4] != shape.num_workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan announcement: ", words[3], " chunks on ", words[2], " servers for ",
+                     words[4], " workers, this job has ", layout.num_chunks(), " on ",
+                     shape.num_servers, " for ", shape.num_workers));
   }
+  const auto owners = words.begin() + 5;
+  const auto batches = owners + layout.num_chunks();
   absl::StatusOr<ChunkMap> map = ChunkMap::FromOwners(
-      layout, num_servers, std::vector<uint32_t>(words.begin() + 4, words.end()), words[0]);
+      layout, shape.num_servers, std::vector<uint32_t>(owners, batches), words[0]);
   if (!map.ok()) return map.status();
-  return Plan{words[1], std::move(*map), {}};
+  std::vector<uint32_t> batch(batches, words.end());
+  if (absl::Status s = shape.CheckBatches(batch); !s.ok()) return s;
+  return Plan{words[1], std::move(*map), std::move(batch), {}};
+}
+
+bool PlanReceiver::Open(uint32_t flow_id, uint32_t total_packets, uint32_t version,
+                        uint32_t newest) {
+  if (version <= newest) return false;
+  if (total_packets != (words_max_ + payload_floats_ - 1) / payload_floats_) return false;
+  open_ = true;
+  flow_id_ = flow_id;
+  words_.assign(words_max_, 0);
+  return true;
+}
+
+bool PlanReceiver::Write(uint32_t flow_id, uint32_t word_offset, const uint8_t* payload,
+                         uint32_t bytes) {
+  if (!open_ || flow_id != flow_id_ || bytes % sizeof(uint32_t) != 0 ||
+      uint64_t(word_offset) + bytes / sizeof(uint32_t) > words_.size()) {
+    return false;
+  }
+  std::memcpy(words_.data() + word_offset, payload, bytes);
+  return true;
+}
+
+bool PlanReceiver::Close(uint32_t flow_id, bool complete, uint32_t version,
+                         const ChunkLayout& layout, const PlanShape& shape,
+                         absl::StatusOr<Plan>* plan) {
+  if (!open_ || flow_id != flow_id_) return false;
+  open_ = false;
+  if (!complete) {
+    *plan = absl::DataLossError("plan announcement: incomplete");
+    return true;
+  }
+  *plan = DecodePlan(words_, layout, shape);
+  if (plan->ok() && (*plan)->map.version() != version) {
+    *plan = absl::InvalidArgumentError(absl::StrCat(
+        "plan announcement: version ", (*plan)->map.version(), " in packets of ", version));
+  }
+  return true;
 }
 
 }  // namespace ps

@@ -27,9 +27,27 @@ constexpr uint32_t kPlanChunk = 0xFFFFFFFFu;
 // packet of one float (0) under this chunk id.
 constexpr uint32_t kEmptyChunk = 0xFFFFFFFEu;
 
+// What every node of a job knows of its shape, and checks plans against.
+struct PlanShape {
+  uint32_t num_servers = 1;
+  uint32_t num_workers = 1;
+  uint32_t batch_size = 1;  // the job's, per worker: the global batch is their product
+  uint32_t batch_max = 1;   // the most one worker's model is sized for
+  // The even batch split (every worker batch_size).
+  std::vector<uint32_t> EvenBatches() const {
+    return std::vector<uint32_t>(num_workers, batch_size);
+  }
+  // OK when `batch` has one entry per worker, each 1 to batch_max, summing
+  // to the global batch; else why not.
+  absl::Status CheckBatches(const std::vector<uint32_t>& batch) const;
+};
+
 struct Plan {
   uint32_t from = 0;  // the first iteration it holds for
   ChunkMap map;       // map.version() is the plan's version
+  // Each worker's samples per iteration, by rank (WLBS); the global batch
+  // stays the job's.
+  std::vector<uint32_t> batch;
   // Packets of each server's flow of its chunks (pulls and pushes); 1 for
   // a server with none (kEmptyChunk).
   std::vector<uint64_t> packets;
@@ -41,14 +59,14 @@ class PlanBook {
   // older ones for flows still in flight from a node that fell behind.
   static constexpr size_t kKept = 4;
 
-  // Holds version 1: the even split, from iteration 0.
-  static absl::StatusOr<PlanBook> Create(const ChunkLayout& layout, uint32_t num_servers,
+  // Holds version 1: the even split of chunks and batches, from iteration 0.
+  static absl::StatusOr<PlanBook> Create(const ChunkLayout& layout, const PlanShape& shape,
                                          uint32_t payload_floats);
 
   // A newer version: `from` must be after every known version's from.
   // InvalidArgument for an older or known version, an earlier start, or a
-  // map of another shape.
-  absl::Status Add(uint32_t from, ChunkMap map);
+  // map or batches of another shape.
+  absl::Status Add(uint32_t from, ChunkMap map, std::vector<uint32_t> batch);
 
   const Plan* Get(uint32_t version) const;  // null: unknown (or forgotten)
   // The newest known plan whose from <= iteration (never null: version 1
@@ -56,26 +74,56 @@ class PlanBook {
   const Plan& For(uint32_t iteration) const;
   const Plan& newest() const { return plans_.rbegin()->second; }
   const ChunkLayout& layout() const { return layout_; }
-  uint32_t num_servers() const { return num_servers_; }
+  uint32_t num_servers() const { return shape_.num_servers; }
+  const PlanShape& shape() const { return shape_; }
 
  private:
-  PlanBook(ChunkLayout layout, uint32_t s, uint32_t pf)
-      : layout_(layout), num_servers_(s), payload_floats_(pf) {}
+  PlanBook(ChunkLayout layout, PlanShape shape, uint32_t pf)
+      : layout_(layout), shape_(std::move(shape)), payload_floats_(pf) {}
   ChunkLayout layout_;
-  uint32_t num_servers_;
+  PlanShape shape_;
   uint32_t payload_floats_;
   std::map<uint32_t, Plan> plans_;  // by version
 };
 
 // An announcement: u32 words [version, from, num_servers, num_chunks,
-// owner of each chunk], little-endian, sent as the payload of kPlanChunk
-// packets (chunk_offset = word index).
-std::vector<uint32_t> EncodePlan(uint32_t from, const ChunkMap& map);
-// Words an announcement of `num_chunks` chunks has.
-inline uint64_t PlanWords(uint32_t num_chunks) { return 4 + uint64_t(num_chunks); }
-// Checks everything against this job's layout and server count.
+// num_workers, owner of each chunk, batch of each worker], little-endian,
+// sent as the payload of kPlanChunk packets (chunk_offset = word index).
+std::vector<uint32_t> EncodePlan(uint32_t from, const ChunkMap& map,
+                                 const std::vector<uint32_t>& batch);
+// Words an announcement of this job's plans has.
+inline uint64_t PlanWords(uint32_t num_chunks, uint32_t num_workers) {
+  return 5 + uint64_t(num_chunks) + num_workers;
+}
+// Checks everything against this job's layout and shape.
 absl::StatusOr<Plan> DecodePlan(const std::vector<uint32_t>& words, const ChunkLayout& layout,
-                                uint32_t num_servers);
+                                const PlanShape& shape);
+
+// Receives announcements from server 0 (servers and workers alike): one
+// open at a time, written as its packets come, decoded when it ends.
+class PlanReceiver {
+ public:
+  PlanReceiver(uint32_t num_chunks, uint32_t num_workers, uint32_t payload_floats)
+      : words_max_(PlanWords(num_chunks, num_workers)), payload_floats_(payload_floats) {}
+  // A flow's first packet: whether to take it (a plan newer than `newest`,
+  // exactly one announcement's packets); it replaces any open one.
+  bool Open(uint32_t flow_id, uint32_t total_packets, uint32_t version, uint32_t newest);
+  // One packet of the open announcement; false when it is not that
+  // flow's or falls outside it.
+  bool Write(uint32_t flow_id, uint32_t word_offset, const uint8_t* payload, uint32_t bytes);
+  // True when `flow_id` is the open announcement's: it closes, and *plan is
+  // the plan it carried, or why not (incomplete, malformed, another
+  // version than its packets said).
+  bool Close(uint32_t flow_id, bool complete, uint32_t version, const ChunkLayout& layout,
+             const PlanShape& shape, absl::StatusOr<Plan>* plan);
+
+ private:
+  const uint64_t words_max_;
+  const uint32_t payload_floats_;
+  bool open_ = false;
+  uint32_t flow_id_ = 0;
+  std::vector<uint32_t> words_;
+};
 
 }  // namespace ps
 }  // namespace hetps

@@ -47,7 +47,13 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
     return absl::InvalidArgumentError("shard server: chunk_size too large for the packet size");
   }
   const uint32_t pf = config.endpoint.payload_floats();
-  ASSIGN_OR_RETURN(PlanBook book, PlanBook::Create(layout, config.num_servers, pf));
+  PlanShape shape;
+  shape.num_servers = config.num_servers;
+  shape.num_workers = config.num_workers;
+  shape.batch_size = config.batch_size;
+  shape.batch_max =
+      config.batch_max > 0 ? config.batch_max : config.num_workers * config.batch_size;
+  ASSIGN_OR_RETURN(PlanBook book, PlanBook::Create(layout, shape, pf));
   ChunkMap map = book.For(0).map;
   auto s = std::unique_ptr<ShardServer>(new ShardServer(config, layout, std::move(map)));
   s->optimizer_config_ = optimizer;
@@ -56,6 +62,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
     absl::MutexLock lock(&s->mu_);
     s->push_packets_ = book.For(0).packets[config.server_index];
     s->book_ = std::make_unique<PlanBook>(std::move(book));
+    s->announcements_in_ =
+        std::make_unique<PlanReceiver>(layout.num_chunks(), config.num_workers, pf);
     for (uint32_t c : s->owned_) {
       s->local_[c] = s->floats_;
       const Chunk ch = layout.chunk(c);
@@ -113,7 +121,8 @@ void ShardServer::SetServers(const std::vector<Peer>& servers) {
   changed_.SignalAll();
 }
 
-absl::Status ShardServer::ProposePlan(const ChunkMap& map, uint32_t from) {
+absl::Status ShardServer::ProposePlan(const ChunkMap& map, std::vector<uint32_t> batch,
+                                      uint32_t from) {
   if (config_.server_index != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("plans enter at server 0; this is server ", config_.server_index));
@@ -124,13 +133,15 @@ absl::Status ShardServer::ProposePlan(const ChunkMap& map, uint32_t from) {
         " servers, the job has ", layout_.num_chunks(), " on ", config_.num_servers));
   }
   absl::MutexLock lock(&mu_);
+  if (batch.empty()) batch = book_->shape().EvenBatches();
+  if (absl::Status s = book_->shape().CheckBatches(batch); !s.ok()) return s;
   const uint64_t newest =
       std::max<uint64_t>(book_->newest().map.version(), proposal_ ? proposal_->map.version() : 0);
   if (map.version() <= newest || map.version() > UINT32_MAX) {
     ++stats_.plans_superseded;  // delivered late, after a newer one
     return absl::OkStatus();
   }
-  proposal_ = Plan{from, map, {}};
+  proposal_ = Plan{from, map, std::move(batch), {}};
   return absl::OkStatus();
 }
 
@@ -157,10 +168,10 @@ void ShardServer::Announce(uint32_t t) {
     if (proposal_ && newest.from <= t) {
       const uint32_t from = std::max(t + config_.plan_lead, proposal_->from);
       if (from < config_.total_iterations) {
-        if (absl::Status s = book_->Add(from, proposal_->map); !s.ok()) {
+        if (absl::Status s = book_->Add(from, proposal_->map, proposal_->batch); !s.ok()) {
           ++stats_.plans_superseded;
         } else {
-          const std::vector<uint32_t> words = EncodePlan(from, proposal_->map);
+          const std::vector<uint32_t> words = EncodePlan(from, proposal_->map, proposal_->batch);
           Announcement& a = announcements_[uint32_t(proposal_->map.version())];
           a.words.resize(words.size());
           std::memcpy(a.words.data(), words.data(), words.size() * sizeof(uint32_t));
@@ -432,17 +443,14 @@ transport::DropReason ShardServer::AcceptFlow(const Peer& from, const Header& fi
       // An announcement: from server 0 only, of a plan newer than all
       // this server knows, exactly one plan long.
       if (server != 0 || config_.server_index == 0) return transport::DropReason::kUnexpected;
-      if (first.total_packets != (PlanWords(layout_.num_chunks()) + pf - 1) / pf) {
-        return transport::DropReason::kBadFlowSize;
-      }
-      if (first.plan <= book_->newest().map.version()) {
+      const uint32_t newest = uint32_t(book_->newest().map.version());
+      if (first.plan <= newest) {
         ++stats_.stale_plan;
         return transport::DropReason::kUnexpected;
       }
-      announce_flow_ = first.flow_id;
-      announce_open_ = true;
-      announce_words_.assign(PlanWords(layout_.num_chunks()), 0);
-      return transport::DropReason::kNone;
+      return announcements_in_->Open(first.flow_id, first.total_packets, first.plan, newest)
+                 ? transport::DropReason::kNone
+                 : transport::DropReason::kBadFlowSize;
     }
     // Chunks moving here under a plan newer than the one followed; held
     // until this server switches (its announcement may still be on the way).
@@ -469,7 +477,8 @@ transport::DropReason ShardServer::AcceptFlow(const Peer& from, const Header& fi
   // ...and exactly our chunks cut at the job's packet size: anything
   // else is refused before the endpoint sizes state from it.
   if (first.total_packets != push_packets_ ||
-      first.payload_bytes > config_.endpoint.payload_floats() * sizeof(float)) {
+      first.payload_bytes > config_.endpoint.payload_floats() * sizeof(float) ||
+      (config_.batch_max > 0 && first.samples > config_.batch_max)) {
     return transport::DropReason::kBadFlowSize;
   }
   auto slot = slots_.find(from);
@@ -487,12 +496,10 @@ void ShardServer::OnData(const Peer& from, const Header& h, const uint8_t* paylo
   const uint32_t floats = h.payload_bytes / sizeof(float);
   if (const int server = ServerIndex(from); server >= 0) {
     if (h.chunk_id == kPlanChunk) {
-      if (!announce_open_ || server != 0 || h.flow_id != announce_flow_ ||
-          uint64_t(h.chunk_offset) + floats > announce_words_.size()) {
+      if (server != 0 ||
+          !announcements_in_->Write(h.flow_id, h.chunk_offset, payload, h.payload_bytes)) {
         ++stats_.bad_chunks;
-        return;
       }
-      std::memcpy(announce_words_.data() + h.chunk_offset, payload, h.payload_bytes);
       return;
     }
     Incoming& in = incoming_[server];
@@ -526,12 +533,12 @@ void ShardServer::OnData(const Peer& from, const Header& h, const uint8_t* paylo
 void ShardServer::OnFlowDone(const Peer& from, const transport::FlowResult& result) {
   absl::MutexLock lock(&mu_);
   if (const int server = ServerIndex(from); server >= 0) {
-    if (announce_open_ && server == 0 && result.flow_id == announce_flow_) {
-      announce_open_ = false;
-      if (!result.complete()) return;
-      absl::StatusOr<Plan> plan = DecodePlan(announce_words_, layout_, config_.num_servers);
-      if (!plan.ok() || plan->map.version() != result.plan ||
-          !book_->Add(plan->from, std::move(plan->map)).ok()) {
+    absl::StatusOr<Plan> plan;
+    if (server == 0 && announcements_in_->Close(result.flow_id, result.complete(), result.plan,
+                                                layout_, book_->shape(), &plan)) {
+      if (!result.complete()) return;  // cancelled by server 0: nothing to add
+      if (!plan.ok() ||
+          !book_->Add(plan->from, std::move(plan->map), std::move(plan->batch)).ok()) {
         ++stats_.bad_chunks;  // a malformed announcement: refused whole
         return;
       }
@@ -556,14 +563,19 @@ void ShardServer::OnFlowDone(const Peer& from, const transport::FlowResult& resu
 }
 
 uint64_t ShardServer::ApplyStep(uint32_t t, const std::vector<const float*>& inputs,
-                                const std::vector<std::vector<Range>>& missing, bool bubbles,
+                                const std::vector<std::vector<Range>>& missing,
+                                const std::vector<float>& samples, bool bubbles,
                                 uint64_t* summed_us) {
   const RealClock* mono = RealClock::Get();
   const size_t n = inputs.size();
+  const float* weights = samples.empty() ? nullptr : samples.data();
+  double weight_sum = 0;
+  for (float w : samples) weight_sum += w;
   uint64_t partial_elements = 0;
   if (bubbles) {
     aggregate_.resize(floats_);
-    partial_elements = MeanUnbiased(inputs.data(), missing.data(), n, floats_, aggregate_.data());
+    partial_elements =
+        MeanUnbiased(inputs.data(), missing.data(), n, floats_, aggregate_.data(), weights);
   }
   if (config_.trace != nullptr) *summed_us = mono->MonotonicMicros();
   // The snapshot for round t + 1 is written as each tile is updated; its
@@ -578,7 +590,11 @@ uint64_t ShardServer::ApplyStep(uint32_t t, const std::vector<const float*>& inp
     const float* mean = aggregate_.data() + off;
     if (!bubbles) {
       for (size_t k = 0; k < n; ++k) at[k] = inputs[k] + off;
-      SumScaled(at.data(), n, len, 1.0f / float(n), aggregate_.data());
+      if (weights == nullptr) {
+        SumScaled(at.data(), n, len, 1.0f / float(n), aggregate_.data());
+      } else {
+        WeightedSum(at.data(), weights, n, len, float(1.0 / weight_sum), aggregate_.data());
+      }
       mean = aggregate_.data();
     }
     optimizer_->Update(off, absl::MakeSpan(params_.data() + off, len),
@@ -703,6 +719,8 @@ void ShardServer::Run() {
     absl::Time deadline = absl::Now() + config_.round_deadline;
     std::vector<const float*> inputs;
     std::vector<std::vector<Range>> missing;
+    std::vector<float> samples;  // per input; cleared when one does not say
+    bool samples_said = true;
     std::vector<std::pair<Peer, double>> delivered;
     uint64_t bubble_bytes = 0, partial_pushes = 0;
     bool by_deadline = false, by_membership = false;
@@ -757,6 +775,8 @@ void ShardServer::Run() {
         if (it == slots_.end() || !it->second.done) continue;
         Slot& slot = it->second;
         inputs.push_back(slot.grad.data());
+        samples.push_back(float(slot.result.samples));
+        samples_said = samples_said && slot.result.samples > 0;
         missing.emplace_back();
         double fraction = 1;
         if (slot.partial) {
@@ -782,7 +802,8 @@ void ShardServer::Run() {
     const auto agg_start = Clock::now();
     uint64_t partial_elements = 0, summed_us = 0;
     if (!inputs.empty()) {
-      partial_elements = ApplyStep(t, inputs, missing, partial_pushes > 0, &summed_us);
+      if (!samples_said || !Unequal(samples.data(), samples.size())) samples.clear();
+      partial_elements = ApplyStep(t, inputs, missing, samples, partial_pushes > 0, &summed_us);
     }
     // A round no worker contributed to changed nothing: no checkpoint, so
     // that a server whose workers are stuck (another server is down) does
@@ -833,6 +854,11 @@ void ShardServer::Run() {
     stats_.last_aggregate_ms =
         std::chrono::duration<double, std::milli>(agg_end - agg_start).count();
     stats_.last_round_ms = std::chrono::duration<double, std::milli>(agg_end - round_start).count();
+    const double round_s = stats_.last_round_ms / 1e3;
+    ++stats_.round_buckets[std::lower_bound(kRoundSecondsBounds.begin(), kRoundSecondsBounds.end(),
+                                            round_s) -
+                           kRoundSecondsBounds.begin()];
+    stats_.round_seconds_sum += round_s;
     changed_.SignalAll();  // AwaitStats
   }
   if (stop_) return;

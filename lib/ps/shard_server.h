@@ -30,6 +30,7 @@
 #ifndef HETPS_LIB_PS_SHARD_SERVER_H_
 #define HETPS_LIB_PS_SHARD_SERVER_H_
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -59,6 +60,15 @@ struct ShardServerConfig {
   uint64_t num_params = 0;
   uint32_t chunk_floats = 16384;
   uint32_t num_servers = 1;
+  // The job's workers (every rank, live or not), batch per worker, and the
+  // most one worker may be given: the shape plans are checked against. A
+  // push says how many samples its gradient averages (Header::samples; at
+  // most batch_max, else refused); a round's pushes of different sample
+  // counts are averaged weighted by them (docs/plan.md). batch_max 0: not
+  // checked, and plans may give one worker up to the global batch.
+  uint32_t num_workers = 1;
+  uint32_t batch_size = 1;
+  uint32_t batch_max = 0;
   train::OptimizerConfig optimizer;
   uint32_t total_iterations = 0;
   absl::Duration round_deadline = absl::Seconds(5);
@@ -88,6 +98,11 @@ struct ShardServerConfig {
   const storage::Checkpoint* resume = nullptr;
 };
 
+// Upper bounds of the round-duration histogram, seconds: a loopback round
+// (milliseconds) to a WAN round at a deadline (tens of seconds).
+inline constexpr std::array<double, 12> kRoundSecondsBounds = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10};
+
 struct ShardServerStats {
   uint32_t iteration = 0;             // rounds closed so far
   uint64_t rounds_complete = 0;       // every live worker contributed
@@ -106,6 +121,10 @@ struct ShardServerStats {
   uint64_t checkpoints_offered = 0;  // snapshots handed to the writer
   double last_snapshot_ms = 0;       // the round thread's copy for the newest
   double last_round_ms = 0;
+  // Every round's duration (open to applied): counts per bucket of
+  // kRoundSecondsBounds (the last: above them all) and their sum.
+  std::array<uint64_t, 13> round_buckets{};
+  double round_seconds_sum = 0;
   // Plans: the version in force, switches made, chunks given up and taken
   // over, flows refused for carrying another plan (pushes of an older or
   // newer one), flows held until this server could use them, proposals
@@ -153,7 +172,8 @@ class ShardServer : public transport::Receiver {
   // above every earlier one, else dropped and counted) to hold from round
   // `from` at the earliest. The newest proposal wins; it is announced at
   // the next round open once the previous plan is in force.
-  absl::Status ProposePlan(const ChunkMap& map, uint32_t from);
+  // `batch`: each worker's batch by rank (empty: the even split).
+  absl::Status ProposePlan(const ChunkMap& map, std::vector<uint32_t> batch, uint32_t from);
   void Start();
   // Blocks until every round is done (or Stop). True when finished.
   bool WaitFinished(absl::Duration timeout);
@@ -191,10 +211,11 @@ class ShardServer : public transport::Receiver {
   // long), tile by tile while each is in cache: sum, update, and copy the
   // new parameters into the snapshot for round t + 1. With bubbles
   // (`missing` non-empty) the unbiased mean is taken first, whole.
+  // `samples`: each input's (empty: all equal); unequal ones weight it.
   // Returns MeanUnbiased's count of elements with bubbles.
   uint64_t ApplyStep(uint32_t t, const std::vector<const float*>& inputs,
-                     const std::vector<std::vector<Range>>& missing, bool bubbles,
-                     uint64_t* summed_us);
+                     const std::vector<std::vector<Range>>& missing,
+                     const std::vector<float>& samples, bool bubbles, uint64_t* summed_us);
   std::vector<transport::PacketSpan> OwnedPackets(const float* base) const;
   // Loads `c` (config_.resume) into the parameters and optimizer state.
   absl::Status Restore(const storage::Checkpoint& c);
@@ -260,9 +281,7 @@ class ShardServer : public transport::Receiver {
   std::optional<Plan> proposal_ ABSL_GUARDED_BY(mu_);
   std::vector<transport::Peer> servers_ ABSL_GUARDED_BY(mu_);
   // An announcement being received from server 0 (its flow id and words).
-  uint32_t announce_flow_ ABSL_GUARDED_BY(mu_) = 0;
-  bool announce_open_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<uint32_t> announce_words_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<PlanReceiver> announcements_in_ ABSL_GUARDED_BY(mu_);
   // Chunks another server sends this one, per sender index: the newest
   // flow's plan, round and chunk states ([params | optimizer slots]).
   struct Incoming {

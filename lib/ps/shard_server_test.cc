@@ -216,10 +216,10 @@ ShardServerConfig CheckpointingConfig(uint64_t n, storage::CheckpointWriter* wri
 }
 
 // Pushes `grad`'s `chunks` (of `chunk` floats) for `iteration` and waits
-// for the flow to end.
+// for the flow to end. `samples`: what the gradient averages over (0: not said).
 void PushChunks(transport::Endpoint& worker, const Peer& server, uint32_t iteration,
                 const std::vector<float>& grad, const std::vector<uint32_t>& chunks, uint32_t chunk,
-                uint32_t payload_floats) {
+                uint32_t payload_floats, uint32_t samples = 0) {
   std::vector<transport::PacketSpan> packets;
   for (uint32_t c : chunks) {
     const uint64_t off = uint64_t(c) * chunk;
@@ -229,6 +229,7 @@ void PushChunks(transport::Endpoint& worker, const Peer& server, uint32_t iterat
   }
   transport::SendOptions options;
   options.plan = 1;  // the job's even split
+  options.samples = samples;
   auto h = worker.Send(server, iteration, std::move(packets), options);
   REQUIRE(h->Wait(absl::Seconds(20)));
 }
@@ -415,16 +416,71 @@ TEST_CASE("a push of another plan is refused and counted; proposals are checked"
   CHECK(sink.params(1)[0] == 1.0f - 0.5f * 0.5f);
 
   const ChunkLayout layout = *ChunkLayout::Create(n, chunk);
-  CHECK(server->ProposePlan(*ChunkMap::FromOwners(layout, 1, {0, 0, 0}, 2), 5).ok());
-  CHECK(server->ProposePlan(*ChunkMap::FromOwners(layout, 1, {0, 0, 0}, 1), 5).ok());
+  CHECK(server->ProposePlan(*ChunkMap::FromOwners(layout, 1, {0, 0, 0}, 2), {}, 5).ok());
+  CHECK(server->ProposePlan(*ChunkMap::FromOwners(layout, 1, {0, 0, 0}, 1), {}, 5).ok());
   CHECK(server->GetStats().plans_superseded == 1);  // version 1 came after 2
-  CHECK(!server->ProposePlan(*ChunkMap::FromOwners(layout, 2, {0, 1, 0}, 3), 5).ok());
+  CHECK(!server->ProposePlan(*ChunkMap::FromOwners(layout, 2, {0, 1, 0}, 3), {}, 5).ok());
   ShardServerConfig second = sc;
   second.num_servers = 2;
   second.server_index = 1;
   SimServer other(net, second, init, Peer{htonl(0x0A000009), htons(7000)});
-  CHECK(other->ProposePlan(*ChunkMap::FromOwners(layout, 2, {0, 1, 0}, 2), 5).code() ==
+  CHECK(other->ProposePlan(*ChunkMap::FromOwners(layout, 2, {0, 1, 0}, 2), {}, 5).code() ==
         absl::StatusCode::kFailedPrecondition);
+}
+
+// WLBS: pushes averaged over different numbers of samples are weighted by
+// them, so the step is the mean over every sample of the global batch; a
+// push claiming more samples than a worker may have is refused.
+TEST_CASE("pushes of unequal batches are averaged by their samples", "[shard_server][wlbs]") {
+  const uint64_t n = 5000;
+  const uint32_t chunk = 4096;
+  ShardServerConfig sc;
+  sc.num_params = n;
+  sc.chunk_floats = chunk;
+  sc.optimizer.learning_rate = 1.0f;
+  sc.optimizer.momentum = 0.0f;
+  sc.endpoint.key = transport::testing::TestKey();
+  sc.total_iterations = 1;
+  sc.num_workers = 2;
+  sc.batch_size = 2;  // a global batch of 4
+  sc.batch_max = 3;
+  std::vector<float> init(n, 10.0f);
+  transport::SimNetwork net(RealClock::Get(), 13);
+  SimServer server(net, sc, init);
+  EndpointConfig wc;
+  wc.key = transport::testing::TestKey();
+  ParamSink sink_a(n, chunk), sink_b(n, chunk);
+  const Peer b_addr{htonl(0x0A000003), htons(7000)};
+  auto a = transport::testing::SimEndpoint(net, kWorkerAddr, wc, &sink_a, RealClock::Get());
+  auto b = transport::testing::SimEndpoint(net, b_addr, wc, &sink_b, RealClock::Get());
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  server->SetWorkers({(*a)->local(), (*b)->local()});
+  server->Start();
+  REQUIRE(sink_a.Wait(0, absl::Seconds(20)));
+
+  // First a push claiming more samples than batch_max: refused before any
+  // state is taken (were it taken, worker a's real push below would be
+  // refused and the mean would count 4 samples of it).
+  std::vector<transport::PacketSpan> packets;
+  const std::vector<float> ones(n, 1.0f), fives(n, 5.0f);
+  transport::AppendPackets(0, ones.data(), chunk, wc.payload_floats(), false, &packets);
+  transport::AppendPackets(1, ones.data() + chunk, uint32_t(n - chunk), wc.payload_floats(), false,
+                           &packets);
+  transport::SendOptions greedy;
+  greedy.plan = 1;
+  greedy.samples = 4;
+  auto h = (*a)->Send(server->local(), 0, std::move(packets), greedy);
+  PushChunks(**a, server->local(), 0, ones, {0, 1}, chunk, wc.payload_floats(), 3);
+  PushChunks(**b, server->local(), 0, fives, {0, 1}, chunk, wc.payload_floats(), 1);
+  REQUIRE(sink_a.Wait(1, absl::Seconds(20)));
+  REQUIRE(server->WaitFinished(absl::Seconds(20)));
+  CHECK(server->GetStats().rounds_complete == 1);
+  // 10 - (3 x 1 + 1 x 5) / 4; an unweighted mean would give 10 - 3.
+  for (float x : sink_a.params(1)) REQUIRE(x == 8.0f);
+  CHECK(server.endpoint->GetStats().drops[size_t(DropReason::kBadFlowSize)] >= 1);
+  (*a)->Cancel(h);
+  h->Wait(absl::Seconds(5));
 }
 
 }  // namespace

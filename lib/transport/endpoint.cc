@@ -225,6 +225,7 @@ std::shared_ptr<SendHandle> Endpoint::Send(const Peer& to, uint32_t iteration,
   f->peer = to;
   f->iteration = iteration;
   f->plan = options.plan;
+  f->samples = options.samples;
   f->packets = std::move(packets);
   f->state.resize(f->packets.size());
   f->handle = handle;

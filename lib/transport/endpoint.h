@@ -160,6 +160,8 @@ struct SendOptions {
   bool loss_tolerant = false;
   // The plan version every data packet carries (Header::plan).
   uint32_t plan = 0;
+  // The samples a push averages over (Header::samples; 0: not said).
+  uint32_t samples = 0;
 };
 
 // Where a sent flow's time went, on the endpoint's clock
@@ -227,7 +229,8 @@ class SendHandle {
 struct FlowResult {
   uint32_t flow_id = 0;
   uint32_t iteration = 0;
-  uint32_t plan = 0;  // the flow's Header::plan
+  uint32_t plan = 0;     // the flow's Header::plan
+  uint32_t samples = 0;  // and Header::samples
   uint32_t total_packets = 0;
   uint32_t received = 0;  // distinct packets delivered by OnData
   uint64_t bytes = 0;     // their payload bytes

@@ -40,6 +40,7 @@ struct SendFlow {
   Peer peer;
   uint32_t iteration = 0;
   uint32_t plan = 0;
+  uint32_t samples = 0;
   std::vector<PacketSpan> packets;
   std::vector<PacketState> state;
   std::shared_ptr<SendHandle> handle;
@@ -97,6 +98,7 @@ struct RecvFlow {
   uint32_t received = 0;
   uint32_t iteration = 0;
   uint32_t plan = 0;
+  uint32_t samples = 0;
   uint64_t bytes = 0;  // payload delivered
   uint64_t last_us = 0;
   std::vector<uint64_t> bitmap;

@@ -74,7 +74,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
   }
   RecvFlow& f = it->second;
   if (h.total_packets != f.total || h.iteration != f.iteration || h.plan != f.plan ||
-      f.lossy != ((h.flags & kFlagLossTolerant) != 0)) {
+      h.samples != f.samples || f.lossy != ((h.flags & kFlagLossTolerant) != 0)) {
     ++stats.drops[size_t(DropReason::kBadSequence)];
     return;
   }
@@ -126,6 +126,7 @@ DropReason Endpoint::Impl::OpenRecv(const RecvKey& key, const Header& h, uint64_
   f.total = h.total_packets;
   f.iteration = h.iteration;
   f.plan = h.plan;
+  f.samples = h.samples;
   f.bitmap.assign(RecvBitmapWords(h.total_packets), 0);
   f.lossy = (h.flags & kFlagLossTolerant) != 0;
   f.start_us = now;
@@ -155,6 +156,7 @@ void Endpoint::Impl::CloseFlow(const RecvKey& key, CloseReason reason) {
   r.flow_id = key.flow_id;
   r.iteration = f.iteration;
   r.plan = f.plan;
+  r.samples = f.samples;
   r.total_packets = f.total;
   r.received = f.received;
   r.bytes = f.bytes;

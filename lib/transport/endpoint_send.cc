@@ -202,6 +202,7 @@ void Endpoint::Impl::SendData(uint64_t now) {
       h.chunk_offset = span.chunk_offset;
       h.iteration = f.iteration;
       h.plan = f.plan;
+      h.samples = f.samples;
       h.rtprop_us = ps.cc.rtprop_us();
       h.btlbw_kbps =
           static_cast<uint32_t>(std::min<uint64_t>(ps.cc.btlbw_bps() / 1000, UINT32_MAX));

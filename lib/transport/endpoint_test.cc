@@ -40,14 +40,21 @@ class Assembler : public Receiver {
     std::memcpy(buf_.data() + at, payload, h.payload_bytes);
     if (h.flags & kFlagCritical) ++critical_;
   }
-  void OnFlowDone(const Peer&, const FlowResult&) override { ++done_; }
+  void OnFlowDone(const Peer&, const FlowResult& r) override {
+    last_plan_ = r.plan;
+    last_samples_ = r.samples;
+    ++done_;
+  }
   int done() const { return done_.load(); }
+  uint32_t last_plan() const { return last_plan_; }
+  uint32_t last_samples() const { return last_samples_; }
   const std::vector<float>& buf() const { return buf_; }
   int critical() const { return critical_; }
 
  private:
   std::vector<float> buf_;
   int critical_ = 0;
+  uint32_t last_plan_ = 0, last_samples_ = 0;  // read after done()
   std::atomic<int> done_{0};
 };
 
@@ -113,10 +120,15 @@ TEST_CASE("a 4 MB flow arrives exactly over a clean path", "[endpoint]") {
   Endpoint* server = run.Add(Config(), &rx);
   Endpoint* client = run.Add(Config(), nullptr);
   auto data = Pattern(n, 1);
-  auto h = client->Send(server->local(), 5, Packets(data, 0, Config().payload_floats()));
+  SendOptions o;  // carried to the receiver's FlowResult
+  o.plan = 3;
+  o.samples = 96;
+  auto h = client->Send(server->local(), 5, Packets(data, 0, Config().payload_floats()), o);
   REQUIRE(run.RunUntil([&] { return h->done() && rx.done() == 1; }, absl::Seconds(20)));
   CHECK(h->status().ok());
   CHECK(rx.buf() == data);
+  CHECK(rx.last_plan() == 3);
+  CHECK(rx.last_samples() == 96);
   CHECK(rx.critical() == 2 * int(n / kChunkFloats));
   auto st = server->GetStats();
   for (int r = 1; r < int(DropReason::kCount); ++r) {

@@ -73,6 +73,7 @@ struct OutFlow {
   uint32_t flow_id = 0;
   uint32_t iteration = 0;
   uint32_t plan = 0;
+  uint32_t samples = 0;
   std::vector<PacketSpan> packets;
   size_t next = 0;  // packets copied to the connection so far
   std::shared_ptr<SendHandle> handle;
@@ -83,6 +84,7 @@ struct InFlow {
   uint32_t total = 0;
   uint32_t iteration = 0;
   uint32_t plan = 0;
+  uint32_t samples = 0;
   uint32_t received = 0;
   uint64_t bytes = 0;
   uint64_t first_us = 0;
@@ -270,6 +272,7 @@ std::shared_ptr<SendHandle> TcpEndpoint::Send(const Peer& to, uint32_t iteration
   f->flow_id = handle->flow_id_;
   f->iteration = iteration;
   f->plan = options.plan;
+  f->samples = options.samples;
   f->packets = std::move(packets);
   f->handle = handle;
   {
@@ -568,6 +571,7 @@ void TcpEndpoint::Impl::FillWrites(Conn* c) {
       h.chunk_offset = p.chunk_offset;
       h.iteration = f->iteration;
       h.plan = f->plan;
+      h.samples = f->samples;
       const size_t at = c->wbuf.size();
       c->wbuf.resize(at + kHeaderBytes + h.payload_bytes);
       uint8_t* head = c->wbuf.data() + at;
@@ -710,13 +714,15 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
     f.total = h.total_packets;
     f.iteration = h.iteration;
     f.plan = h.plan;
+    f.samples = h.samples;
     f.first_us = NowMicros();
     f.bitmap.assign(RecvBitmapWords(h.total_packets), 0);
     it = c->flows.emplace(h.flow_id, std::move(f)).first;
   }
   InFlow& f = it->second;
   f.last_us = NowMicros();
-  if (h.total_packets != f.total || h.iteration != f.iteration || h.plan != f.plan) {
+  if (h.total_packets != f.total || h.iteration != f.iteration || h.plan != f.plan ||
+      h.samples != f.samples) {
     ++stats.drops[size_t(DropReason::kBadSequence)];
     return true;
   }
@@ -734,6 +740,7 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
   r.flow_id = h.flow_id;
   r.iteration = f.iteration;
   r.plan = f.plan;
+  r.samples = f.samples;
   r.total_packets = f.total;
   r.received = f.received;
   r.bytes = f.bytes;

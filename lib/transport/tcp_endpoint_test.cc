@@ -101,7 +101,10 @@ TEST_CASE("TCP: flows both ways arrive exactly; handles finish on the receiver's
     data.push_back(testing::Pattern(n, 10 + i));
     auto p = Packets(data.back(), i * (n / kChunkFloats), c);
     packets = p.size();
-    handles.push_back((*client)->Send((*server)->local(), 7, std::move(p)));
+    SendOptions o;  // carried whole to the receiver's FlowResult
+    o.plan = 5;
+    o.samples = 10 + i;
+    handles.push_back((*client)->Send((*server)->local(), 7, std::move(p), o));
   }
   const auto back = testing::Pattern(n, 99);
   auto reply = (*server)->Send((*client)->local(), 7, Packets(back, 0, c));
@@ -121,6 +124,8 @@ TEST_CASE("TCP: flows both ways arrive exactly; handles finish on the receiver's
   for (const FlowResult& r : results) {
     CHECK(r.complete());
     CHECK(r.iteration == 7);
+    CHECK(r.plan == 5);
+    CHECK((r.samples >= 10 && r.samples <= 12));
     CHECK(r.reason == CloseReason::kComplete);
   }
   // The sender is known by its data address (the hello), not the

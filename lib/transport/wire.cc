@@ -89,7 +89,7 @@ const char* CloseReasonName(CloseReason r) {
 //  6 payload_bytes u16 | 8 sender u64 | 16 packet_number u64
 // 24 flow_id u32 | 28 seq u32 | 32 total_packets u32 | 36 chunk_id u32
 // 40 chunk_offset u32 | 44 iteration u32 | 48 rtprop_us u32
-// 52 btlbw_kbps u32 | 56 plan u32 | 60 reserved u32 (0) | 64 tag [16]
+// 52 btlbw_kbps u32 | 56 plan u32 | 60 samples u32 | 64 tag [16]
 // 80 payload
 void EncodeHeader(const Header& h, uint8_t* out) {
   Put16(out + 0, kMagic);
@@ -109,7 +109,7 @@ void EncodeHeader(const Header& h, uint8_t* out) {
   Put32(out + 48, h.rtprop_us);
   Put32(out + 52, h.btlbw_kbps);
   Put32(out + 56, h.plan);
-  Put32(out + 60, 0);
+  Put32(out + 60, h.samples);
   std::memset(out + kTagOffset, 0, kTagBytes);
 }
 
@@ -183,8 +183,7 @@ DropReason Decode(const uint8_t* data, size_t len, Packet* p) {
   h.rtprop_us = Get32(data + 48);
   h.btlbw_kbps = Get32(data + 52);
   h.plan = Get32(data + 56);
-  // Reserved for a later version's use: nonzero is not this version.
-  if (Get32(data + 60) != 0) return DropReason::kBadVersion;
+  h.samples = Get32(data + 60);
   p->payload = data + kHeaderBytes;
   return DropReason::kNone;
 }

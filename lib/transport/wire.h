@@ -97,6 +97,10 @@ struct Header {
   // belongs to; one value per flow. The transport only carries it: the
   // parameter-server logic refuses older plans and holds newer ones.
   uint32_t plan = 0;
+  // DATA: the training samples a push's gradient averages over (servers
+  // weight each push by it: per-worker batches, docs/plan.md); 0 when the
+  // flow does not say. One value per flow.
+  uint32_t samples = 0;
 };
 
 // The prefix an ACK carries (kFlagAckPrefix): every seq below it arrived;
