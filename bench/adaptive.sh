@@ -17,10 +17,18 @@
 # pull wait per iteration), the speed-up over average, and the plan schedd
 # ended with.
 #
-# usage: bench/adaptive.sh [--part awareness|load|all] [--rates "100 50 25 10"]
+# Part 3, permutation (--part permute; not in all): the hosts of part 2
+# train one adlb job while the rates move one host along every --period_s
+# seconds, --changes times. From psd-0's round trace (docs/tracing.md), for
+# each change: the round time before it, the settled round time after it
+# (the median of the period's second half), and how long after the change
+# the rounds settled (the first of 3 rounds in a row within 10% of it),
+# against the goal of 2 update periods + 1 settled round.
+#
+# usage: bench/adaptive.sh [--part awareness|load|permute|all] [--rates "100 50 25 10"]
 #          [--probe_rates "100 50 25 10"] [--delay_ms 10] [--iterations 60]
 #          [--model mlp] [--policies "average elastic adlb-alg1 adlb"]
-#          [--update_time_s 2] [--out DIR]
+#          [--update_time_s 2] [--period_s 60] [--changes 4] [--out DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,6 +40,8 @@ iterations=60
 model=mlp
 policies="average elastic adlb-alg1 adlb"
 update_time_s=2
+period_s=60
+changes=4
 chunk_size=4096  # mlp: 58 chunks, fine enough for shares of 4 psds
 out=out/adaptive
 while [ $# -gt 0 ]; do
@@ -44,8 +54,10 @@ while [ $# -gt 0 ]; do
     --model) model=$2; shift 2 ;;
     --policies) policies=$2; shift 2 ;;
     --update_time_s) update_time_s=$2; shift 2 ;;
+    --period_s) period_s=$2; shift 2 ;;
+    --changes) changes=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "adaptive: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -61,6 +73,7 @@ tb=deploy/testbed/testbed.sh
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 pids=()
+trace_flags=()
 
 stop_all() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
@@ -104,7 +117,7 @@ start_cluster() {  # start_cluster HOSTS WORKER_HOST0 (1: worker-0 on host 1, al
   local hosts=$1 alone=$2 i wh
   rm -rf "$out/schedd-state"
   start 0 schedd schedd --listen="$schedd_addr" --state_dir="$out/schedd-state"
-  local node_flags=(--scheduler="$schedd_addr" --data_packet_bytes=1400)
+  local node_flags=(--scheduler="$schedd_addr" --data_packet_bytes=1400 "${trace_flags[@]}")
   for i in $(seq 0 $((hosts - 1))); do
     wh=$i
     [ "$alone" -eq 1 ] && wh=1
@@ -229,4 +242,89 @@ except Exception:
       "$(awk -v b="$base" -v t="$it_s" 'BEGIN { printf "%.2fx", b / t }')" "$version" "$chunks" \
       "$measured" "$state"
   done
+fi
+
+if [ "$part" = permute ]; then
+  read -r -a r <<<"$rates"
+  hosts=${#r[@]}
+  echo "adaptive: part 3, permutation: $hosts hosts at ${rates} Mbit/s moving one host along every ${period_s} s, $changes changes, RTT $((2 * delay_ms)) ms, $model, adlb"
+  rm -rf "$out/trace"
+  mkdir -p "$out/trace"
+  trace_flags=(--trace_dir="$out/trace")
+  bash $tb up $((hosts - 1)) >/dev/null
+  for i in $(seq 0 $((hosts - 1))); do bash $tb rate "$i" "${r[$i]}mbit" >/dev/null; done
+  bash $tb delay_all "$delay_ms" >/dev/null
+  start_cluster "$hosts" 0
+  job_yaml adlb 1000000 >"$out/permute.yaml"
+  psctl job submit "$out/permute.yaml" --servers "$hosts" --workers "$hosts" >/dev/null
+  changes_file="$out/permute-changes.txt"
+  : >"$changes_file"
+  sleep "$period_s"
+  for c in $(seq 1 "$changes"); do
+    rated=()
+    for i in $(seq 0 $((hosts - 1))); do
+      rated+=("${r[$(((i + c) % hosts))]}")
+      bash $tb rate "$i" "${r[$(((i + c) % hosts))]}mbit" >/dev/null
+    done
+    # CLOCK_MONOTONIC, the traces' clock, in microseconds.
+    echo "$(python3 -c 'import time; print(int(time.monotonic() * 1e6))') ${rated[*]}" >>"$changes_file"
+    echo "adaptive: change $c: rates ${rated[*]} Mbit/s"
+    sleep "$period_s"
+  done
+  end_us=$(python3 -c 'import time; print(int(time.monotonic() * 1e6))')
+  state=$(psctl job status -o json | sed -nE 's/.*"state":"([a-z]+)".*/\1/p' | head -1)
+  psctl job cancel >/dev/null || true
+  stop_all
+  bash $tb down >/dev/null
+  [ "$state" = running ] || { echo "adaptive: the job was $state before the end; logs in $out" >&2; exit 1; }
+  python3 - "$out/trace" "$changes_file" "$end_us" "$update_time_s" <<'PY'
+import glob, json, statistics, sys
+trace_dir, changes_file, end_us, update_s = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+starts, plans = {}, {}
+for f in glob.glob(trace_dir + "/*-psd-0*.jsonl"):
+    for line in open(f):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("ev") == "round" and e.get("start"):
+            starts[e["t"]] = e["start"]
+            plans[e["t"]] = e.get("plan", 0)
+rounds = sorted(starts)
+# A round's time: from its start to the next round's start.
+dur = [(starts[a], (starts[b] - starts[a]) / 1e6, plans[a]) for a, b in zip(rounds, rounds[1:])]
+if not dur:
+    sys.exit("adaptive: psd-0 wrote no round trace")
+changes = []
+for line in open(changes_file):
+    t, *rates = line.split()
+    changes.append((int(t), " ".join(rates)))
+edges = [c[0] for c in changes] + [end_us]
+print("%-22s %-12s %-12s %-10s %-10s %-8s %s" % ("change", "before s/it", "settled s/it",
+      "settled in", "goal", "met", "plan versions after"))
+worst = 0.0
+for k, (t, rates) in enumerate(changes):
+    before = [d for s, d, _ in dur if edges[k] - 20e6 <= s < t] if k == 0 else \
+             [d for s, d, _ in dur if (t + edges[k - 1]) / 2 <= s < t]
+    window = [(s, d, p) for s, d, p in dur if t <= s < edges[k + 1]]
+    half = [d for s, d, _ in window if s >= (t + edges[k + 1]) / 2]
+    if not window or not half:
+        print("%-22s no rounds" % rates)
+        continue
+    settled = statistics.median(half)
+    took = None
+    for i in range(len(window) - 2):
+        if all(window[j][1] <= 1.1 * settled for j in range(i, i + 3)):
+            took = (window[i][0] - t) / 1e6
+            break
+    goal = 2 * update_s + settled
+    versions = sorted({p for _, _, p in window})
+    ok = took is not None and took <= goal
+    worst = max(worst, took if took is not None else float("inf"))
+    print("%-22s %-12.3f %-12.3f %-10s %-10s %-8s %s" % (
+        rates, statistics.median(before) if before else float("nan"), settled,
+        "%.1f s" % took if took is not None else "never", "%.1f s" % goal, "yes" if ok else "no",
+        ",".join(str(v) for v in versions)))
+print("adaptive: slowest to settle: %.1f s after a change" % worst)
+PY
 fi

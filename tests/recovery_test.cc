@@ -294,5 +294,77 @@ TEST_CASE("A psd that stays down: a spare psd adopts its part from the shared ch
   CHECK(std::abs(j.test_accuracy() - uninterrupted) <= 0.005);
 }
 
+// A wlbs job with checkpoints: schedd gives the slowed worker-1 a smaller
+// batch; psd-0 is killed after checkpoints of that plan, and restarted.
+// The recovery epoch starts under the plan the resume round's checkpoint
+// records (its batches, not the even split), and the job succeeds.
+TEST_CASE("A killed psd of a wlbs job: the recovery resumes under the checkpoint's plan") {
+  constexpr int kIterations = 4000, kEvery = 50;
+  LocalCluster c("job-recover-plan");
+  REQUIRE(c.StartSchedd().ok());
+  const std::vector<std::string> psd_flags = {"--checkpoint_dir=" + c.dir() + "/ckpt-psd-0"};
+  REQUIRE(c.StartNode("psd", "psd-0", psd_flags).ok());
+  REQUIRE(c.StartNode("workerd", "worker-0", {"--cpu_threads=1", "--report_every=5"}).ok());
+  REQUIRE(c.StartNode("workerd", "worker-1",
+                      {"--cpu_threads=1", "--report_every=5", "--compute_slowdown=3"})
+              .ok());
+  REQUIRE(WaitFor([&] { return c.AliveCount() == 4; }, absl::Seconds(15)));
+  const std::string job = WriteJob(
+      c, "job.yaml",
+      absl::StrCat("name: recover-plan\nmodel: mlp\niterations: ", kIterations,
+                   "\neval_every: 0\nbatch_size: 64\nbatch_policy: wlbs\nupdate_time_s: 1\n",
+                   "checkpoint_every_rounds: ", kEvery, "\n"));
+  ProcessResult sub = c.Psctl({"job", "submit", job, "-o", "json"});
+  INFO(sub.stdout_text << sub.stderr_text);
+  REQUIRE(sub.exit_code == 0);
+  // worker-1's batch in the plan of (epoch, version) in psctl policy show's
+  // JSON: -1 while there is none.
+  const std::string job_id = c.Job().job_id();
+  auto batch_in = [&](int epoch, int version) {
+    ProcessResult p = c.Psctl({"policy", "show", "-o", "json"});
+    const std::string head = absl::StrCat("{\"version\":", version, ",\"job_id\":\"", job_id,
+                                          "\",\"recovery_epoch\":", epoch, ",");
+    const size_t at = p.stdout_text.find(head);
+    if (at == std::string::npos) return -1;
+    const std::string key = "{\"worker\":\"worker-1\",\"batch_size\":";
+    const size_t b = p.stdout_text.find(key, at);
+    return b == std::string::npos ? -1 : std::atoi(p.stdout_text.c_str() + b + key.size());
+  };
+  // A plan that shrinks worker-1's batch, then checkpoints taken under it.
+  int64_t planned_at = -1;
+  REQUIRE(WaitFor(
+      [&] {
+        const int b = batch_in(0, 2);
+        if (b > 0 && b < 64 && planned_at < 0) planned_at = c.Job().iteration();
+        return planned_at >= 0;
+      },
+      absl::Seconds(60)));
+  REQUIRE(
+      WaitFor([&] { return c.Job().iteration() >= planned_at + 3 * kEvery; }, absl::Seconds(60)));
+  REQUIRE(c.Job().state() == v1::JOB_STATE_RUNNING);
+  c.Kill("psd-0", SIGKILL);
+  c.WaitExit("psd-0", absl::Seconds(10));
+  REQUIRE(WaitFor([&] { return c.Job().state() == v1::JOB_STATE_RECOVERING; }, absl::Seconds(20)));
+  REQUIRE(c.StartNode("psd", "psd-0", psd_flags).ok());
+  v1::JobStatus j;
+  REQUIRE(c.WaitJobEnded(absl::Seconds(180), &j));
+  INFO(j.message());
+  REQUIRE(j.state() == v1::JOB_STATE_SUCCEEDED);
+  CHECK(j.recoveries() == 1);
+  CHECK(j.resume_round() > planned_at);
+  CHECK(j.iteration() == kIterations);
+  // Version 1 of the last recovery epoch is the checkpoint's plan:
+  // worker-1's smaller batch, not the even split.
+  // (Epoch 1 when psd-0 was lost, 2 when it came back at a new address.)
+  int resumed = -1;
+  for (int epoch = 1; epoch <= 3; ++epoch) {
+    if (const int b = batch_in(epoch, 1); b >= 0) resumed = b;
+  }
+  INFO(c.Psctl({"policy", "show", "-o", "json"}).stdout_text);
+  CHECK(resumed > 0);
+  CHECK(resumed < 64);
+  CHECK(c.node("psd-0").process.Stderr().find("resuming") != std::string::npos);
+}
+
 }  // namespace testing
 }  // namespace hetps

@@ -165,6 +165,8 @@ class Psd::Jobs final : public JobRunner {
       absl::MutexLock lock(&mu_);  // nothing of the previous job is reported for this one
       final_ = ps::ShardServerStats();
       offered_.clear();
+      resume_plan_round_ = 0;
+      resume_plan_.Clear();
     }
     int index = -1;
     for (const v1::JobMember& m : a.servers()) {
@@ -191,6 +193,9 @@ class Psd::Jobs final : public JobRunner {
         offered_ = {start_from->round};
       }
       start_from->round = 0;  // a new job: its own rounds from 0
+      // under the even split: a checkpoint trained under another plan holds
+      // other chunks than this server's, and Create says so.
+      start_from->plan = storage::CheckpointPlan();
     } else {
       // The job fails with the reason (file missing, another model, ...).
       ASSIGN_OR_RETURN(init, LoadModelFile(spec.init_from, *model));
@@ -210,16 +215,31 @@ class Psd::Jobs final : public JobRunner {
     }
     MarkReady();
 
-    v1::JobAssignment latest = a;
-    while (!latest.start()) {
-      if (!WaitUpdate(absl::Seconds(1), latest.roster_version(), &latest)) return absl::OkStatus();
-    }
     // A recovery resumes every server at the round schedd picked from what
-    // they offered (0: the initial parameters above).
+    // they offered (0: the initial parameters above), under the plan that
+    // round was trained under: loaded once the round is picked, its plan
+    // reported (schedd starts the epoch under it), then the start awaited.
+    v1::JobAssignment latest = a;
     std::optional<storage::Checkpoint> resume;
-    if (latest.recovery_epoch() > 0 && latest.resume_round() > 0) {
+    auto load = [&]() -> absl::Status {
+      if (latest.recovery_epoch() == 0 || latest.resume_round() <= 0 || resume.has_value()) {
+        return absl::OkStatus();
+      }
       ASSIGN_OR_RETURN(resume, LoadCheckpoint(a.job_id(), uint32_t(index),
                                               uint64_t(latest.resume_round()), adopted.get()));
+      ReportResumePlan(latest, *resume);
+      return absl::OkStatus();
+    };
+    while (!latest.start()) {
+      RETURN_IF_ERROR(load());
+      if (!WaitUpdate(absl::Seconds(1), latest.roster_version(), &latest)) return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(load());
+    if (resume.has_value()) RETURN_IF_ERROR(CheckStartPlan(latest, *resume));
+    {
+      absl::MutexLock lock(&mu_);  // schedd has it: heartbeats stop carrying it
+      resume_plan_round_ = 0;
+      resume_plan_.Clear();
     }
     if (latest.recovery_epoch() > 0) {
       logger().Info("resuming", {{"job_id", a.job_id()},
@@ -326,6 +346,10 @@ class Psd::Jobs final : public JobRunner {
     {
       absl::MutexLock lock(&mu_);
       for (uint64_t round : offered_) r->add_checkpoint_rounds(round);
+      if (resume_plan_round_ > 0) {
+        r->set_resume_plan_round(resume_plan_round_);
+        *r->mutable_resume_plan() = resume_plan_;
+      }
     }
     // Metrics follow the same stats (this runs on every heartbeat).
     if (s.iteration < last_.iteration) last_ = ps::ShardServerStats();  // a new job
@@ -500,6 +524,41 @@ class Psd::Jobs final : public JobRunner {
     offered_ = std::move(offered);
   }
 
+  // Reported from now on: the plan `c` was trained under, for schedd to
+  // start the recovery epoch under (no chunk_server: the even split).
+  void ReportResumePlan(const v1::JobAssignment& a, const storage::Checkpoint& c) {
+    v1::Policy p;
+    const storage::CheckpointPlan& plan = c.plan;
+    if (!plan.empty()) {
+      for (uint32_t o : plan.chunk_server) p.add_chunk_server(o);
+      for (const v1::JobMember& m : a.workers()) {
+        if (m.rank() >= plan.worker_batch.size()) continue;  // schedd finds it missing
+        v1::WorkerBatch* b = p.add_worker_batches();
+        b->set_worker_node_id(m.node_id());
+        b->set_batch_size(plan.worker_batch[m.rank()]);
+        b->set_resume_samples(plan.worker_samples[m.rank()]);
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    resume_plan_round_ = int64_t(c.round);
+    resume_plan_ = std::move(p);
+  }
+
+  // The plan schedd started the epoch under is the one `c` records.
+  static absl::Status CheckStartPlan(const v1::JobAssignment& a, const storage::Checkpoint& c) {
+    const bool given = a.has_plan() && a.plan().version() == 1 &&
+                       a.plan().recovery_epoch() == a.recovery_epoch() &&
+                       a.plan().chunk_server_size() > 0;
+    const std::vector<uint32_t>& mine = c.plan.chunk_server;
+    const bool same = given ? std::equal(mine.begin(), mine.end(), a.plan().chunk_server().begin(),
+                                         a.plan().chunk_server().end())
+                            : c.plan.empty();
+    if (same) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat("resume from round ", c.round,
+                     ": the epoch's plan is not the one this psd's checkpoint was trained under"));
+  }
+
   // The checkpoint of `round` to resume from, from this psd's store or
   // else `adopted`; this psd's later rounds are removed (a history that
   // will not happen). Fails the job's part when it cannot be read (it
@@ -654,6 +713,8 @@ class Psd::Jobs final : public JobRunner {
   absl::Mutex mu_;
   ps::ShardServer* server_ ABSL_GUARDED_BY(mu_) = nullptr;
   ps::ShardServerStats final_ ABSL_GUARDED_BY(mu_);
+  int64_t resume_plan_round_ ABSL_GUARDED_BY(mu_) = 0;  // 0: none loaded
+  v1::Policy resume_plan_ ABSL_GUARDED_BY(mu_);
   ps::ShardServerStats last_;  // agent thread only
   prometheus::Counter *rounds_complete_, *rounds_deadline_, *rounds_membership_, *stale_,
       *partial_pushes_, *bubble_bytes_;

@@ -404,8 +404,9 @@ void JobTable::BeginRecovery(Job& j, const std::string& why) {
     Finish(j, v1::JOB_STATE_FAILED, absl::StrCat(why, "; recovery: ", s.message()));
     return;
   }
-  // Every psd resumes from a checkpoint of its even-split part.
+  // The epoch's plan comes from the checkpoint it resumes from.
   a.clear_plan();
+  a.set_resume_decided(false);
   a.set_recovery_epoch(a.recovery_epoch() + 1);
   a.set_state(v1::JOB_STATE_RECOVERING);
   a.set_start(false);
@@ -523,7 +524,8 @@ void JobTable::Advance(Job& j) {
     j.started = clock_->Now();
     log_.Info("job running", {{"job_id", a.job_id()}});
   }
-  if (a.state() == v1::JOB_STATE_RECOVERING && all_ready) {
+  if (a.state() == v1::JOB_STATE_RECOVERING && !a.resume_decided()) DecideResume(j);
+  if (a.state() == v1::JOB_STATE_RECOVERING && a.resume_decided() && all_ready) {
     Resume(j);
     return;
   }
@@ -532,8 +534,76 @@ void JobTable::Advance(Job& j) {
   }
 }
 
-void JobTable::Resume(Job& j) {
+void JobTable::DecideResume(Job& j) {
   v1::JobAssignment& a = j.assignment;
+  // Every server back, and ready: it offered its checkpoints.
+  std::vector<const Member*> servers;
+  for (const Member& m : j.members) {
+    if (m.role != NodeRole::kServer) continue;
+    const bool current = m.reported && m.report.recovery_epoch() == a.recovery_epoch();
+    if (!m.m.alive() || !current || !m.report.ready()) return;
+    servers.push_back(&m);
+  }
+  auto decided = [&] {
+    a.set_resume_decided(true);
+    a.set_roster_version(a.roster_version() + 1);
+  };
+  if (a.resume_round() == 0) {
+    const uint64_t round = ResumeRound(j);
+    a.set_resume_round(int64_t(round));
+    if (round == 0) {
+      decided();  // the initial parameters, the even split
+    } else {
+      a.set_roster_version(a.roster_version() + 1);  // servers load it, then report its plan
+    }
+    log_.Info("resume round chosen",
+              {{"job_id", a.job_id()}, {"round", static_cast<unsigned long long>(round)}});
+    return;
+  }
+  // Each server loaded its checkpoint of the round: they were trained
+  // under one plan, which the epoch starts under.
+  const v1::Policy* plan = nullptr;
+  for (const Member* m : servers) {
+    if (m->report.resume_plan_round() != a.resume_round()) return;  // still loading
+    const v1::Policy& p = m->report.resume_plan();
+    if (plan == nullptr) {
+      plan = &p;
+      continue;
+    }
+    const bool same = std::equal(p.chunk_server().begin(), p.chunk_server().end(),
+                                 plan->chunk_server().begin(), plan->chunk_server().end()) &&
+                      p.worker_batches_size() == plan->worker_batches_size() &&
+                      std::equal(p.worker_batches().begin(), p.worker_batches().end(),
+                                 plan->worker_batches().begin(), [](const auto& x, const auto& y) {
+                                   return x.worker_node_id() == y.worker_node_id() &&
+                                          x.batch_size() == y.batch_size() &&
+                                          x.resume_samples() == y.resume_samples();
+                                 });
+    if (!same) {
+      Finish(j, v1::JOB_STATE_FAILED,
+             absl::StrCat("recovery: the psds' checkpoints of round ", a.resume_round(),
+                          " were trained under different plans (", servers[0]->m.node_id(), " and ",
+                          m->m.node_id(), "); resume from another with init_from"));
+      return;
+    }
+  }
+  a.clear_plan();
+  if (plan != nullptr && plan->chunk_server_size() > 0) {
+    v1::Policy start = *plan;
+    start.set_version(1);
+    start.set_job_id(a.job_id());
+    start.set_recovery_epoch(a.recovery_epoch());
+    start.set_issued_unix_ms(UnixMs(clock_->Now()));
+    *a.mutable_plan() = std::move(start);
+  }
+  decided();
+  log_.Info("resume plan set", {{"job_id", a.job_id()},
+                                {"round", static_cast<long long>(a.resume_round())},
+                                {"even", a.has_plan() ? "no" : "yes"}});
+}
+
+uint64_t JobTable::ResumeRound(const Job& j) const {
+  const v1::JobAssignment& a = j.assignment;
   // The newest round every server can load; round 0 (the initial
   // parameters) is always there. Reports are bounded: a server listing
   // more than keep-last rounds is hostile or misconfigured, not useful.
@@ -559,7 +629,12 @@ void JobTable::Resume(Job& j) {
   }
   uint64_t round = common.empty() ? 0 : common.back();
   if (a.total_iterations() > 0) round = std::min<uint64_t>(round, uint64_t(a.total_iterations()));
-  a.set_resume_round(int64_t(round));
+  return round;
+}
+
+void JobTable::Resume(Job& j) {
+  v1::JobAssignment& a = j.assignment;
+  const uint64_t round = uint64_t(a.resume_round());
   // Servers start round `round` at once; a job that had not started yet
   // gets its length from the workers now.
   if (a.total_iterations() <= 0) {

@@ -143,7 +143,14 @@ class JobTable {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SyncAssignment(Job& j);  // member aliveness into the assignment
   void LoseMember(Job& j, Member* m, const char* why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Every member ready in the recovery epoch: picks the round and starts.
+  // A recovery epoch, in order: every server ready (its checkpoints
+  // offered) -> DecideResume picks the round; every server loaded it and
+  // reported its plan -> DecideResume sets the epoch's plan and
+  // resume_decided; every member ready (workers build under that plan) ->
+  // Resume starts. Docs: docs/jobs.md, "Recovery".
+  void DecideResume(Job& j) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The newest round every server holds a checkpoint of (0: none).
+  uint64_t ResumeRound(const Job& j) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Resume(Job& j) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A new recovery epoch: new key, every member restarts its part; `why`
   // becomes the job's message. Fails the job if no key can be made.

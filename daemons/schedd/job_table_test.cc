@@ -306,6 +306,25 @@ v1::NodeJobReport RecoveryReport(const v1::JobAssignment& a, std::vector<uint64_
   return r;
 }
 
+// A server's report once it loaded its checkpoint of `round`, trained
+// under `owners` (none: the even split) with worker-0/worker-1's batches.
+v1::NodeJobReport LoadedReport(const v1::JobAssignment& a, int64_t round,
+                               std::vector<uint32_t> owners = {},
+                               std::vector<uint32_t> batches = {64, 64}) {
+  v1::NodeJobReport r = RecoveryReport(a);
+  r.set_resume_plan_round(round);
+  for (uint32_t o : owners) r.mutable_resume_plan()->add_chunk_server(o);
+  if (!owners.empty()) {
+    for (int k = 0; k < 2; ++k) {
+      v1::WorkerBatch* b = r.mutable_resume_plan()->add_worker_batches();
+      b->set_worker_node_id("worker-" + std::to_string(k));
+      b->set_batch_size(batches[k]);
+      b->set_resume_samples(uint64_t(round) * batches[k]);
+    }
+  }
+  return r;
+}
+
 TEST_CASE("A lost server of a checkpointed job: RECOVERING, back, resumed") {
   Fixture f;
   const v1::JobAssignment running = StartCheckpointedJob(f);
@@ -342,10 +361,30 @@ TEST_CASE("A lost server of a checkpointed job: RECOVERING, back, resumed") {
   CHECK(f.State() == v1::JOB_STATE_RECOVERING);  // worker-1 not ready yet
   v1::NodeJobReport w1 = RecoveryReport(a);
   v1::JobAssignment b = f.Beat("worker-1", &w1);
+  // The round is picked; the servers load it and say which plan it was
+  // trained under before anyone starts.
+  CHECK(b.state() == v1::JOB_STATE_RECOVERING);
+  CHECK(b.resume_round() == 40);
+  CHECK_FALSE(b.resume_decided());
+  v1::NodeJobReport l0 = LoadedReport(b, 40, {1, 1, 0, 0}, {96, 32});
+  v1::NodeJobReport l1 = LoadedReport(b, 40, {1, 1, 0, 0}, {96, 32});
+  f.Beat("psd-0", &l0);
+  CHECK(f.State() == v1::JOB_STATE_RECOVERING);  // psd-1 still loading
+  b = f.Beat("psd-1", &l1, 2);
   CHECK(b.state() == v1::JOB_STATE_RUNNING);
+  CHECK(b.resume_decided());
   CHECK(b.start());
   CHECK(b.resume_round() == 40);
   CHECK(b.recovery_epoch() == 2);
+  // The epoch starts under that plan, as version 1.
+  REQUIRE(b.has_plan());
+  CHECK(b.plan().version() == 1);
+  CHECK(b.plan().recovery_epoch() == 2);
+  CHECK(b.plan().chunk_server_size() == 4);
+  CHECK(b.plan().chunk_server(0) == 1);
+  REQUIRE(b.plan().worker_batches_size() == 2);
+  CHECK(b.plan().worker_batches(0).batch_size() == 96);
+  CHECK(b.plan().worker_batches(1).resume_samples() == 40 * 32);
   CHECK(b.total_iterations() == running.total_iterations());
   s = *f.table.Get("");
   CHECK(s.recoveries() == 1);
@@ -425,8 +464,15 @@ TEST_CASE("A psd that stays down: a spare psd adopts its part from its checkpoin
   }
   v1::NodeJobReport r2 = RecoveryReport(a, {30, 20});
   v1::JobAssignment b = f.Beat("psd-2", &r2, 9);
+  CHECK(b.state() == v1::JOB_STATE_RECOVERING);
+  CHECK(b.resume_round() == 30);
+  // Checkpoints written before plans were kept: the even split.
+  v1::NodeJobReport l0 = LoadedReport(b, 30), l2 = LoadedReport(b, 30);
+  f.Beat("psd-0", &l0);
+  b = f.Beat("psd-2", &l2, 9);
   CHECK(b.state() == v1::JOB_STATE_RUNNING);
   CHECK(b.resume_round() == 30);
+  CHECK_FALSE(b.has_plan());
   // The lost psd, back later, is no member.
   CHECK(f.Beat("psd-1", nullptr, 12).job_id().empty());
 }
@@ -481,6 +527,23 @@ TEST_CASE("Recovery fails after recover_timeout_s, or without checkpoints") {
     v1::JobStatus s = *f.table.Get("");
     CHECK(s.state() == v1::JOB_STATE_FAILED);
     CHECK(s.message().find("recover_timeout_s is 0") != std::string::npos);
+  }
+  SECTION("servers whose checkpoints of the round hold different plans") {
+    Fixture f;
+    StartCheckpointedJob(f);
+    f.Event(MembershipEventKind::kDied, "psd-0", 1);
+    f.Event(MembershipEventKind::kJoined, "psd-0", 3);
+    v1::JobAssignment a = f.Beat("psd-0", nullptr, 3);
+    v1::NodeJobReport r0 = RecoveryReport(a, {20}), r1 = RecoveryReport(a, {20});
+    f.Beat("psd-0", &r0, 3);
+    a = f.Beat("psd-1", &r1);
+    REQUIRE(a.resume_round() == 20);
+    v1::NodeJobReport l0 = LoadedReport(a, 20, {0, 1}), l1 = LoadedReport(a, 20, {1, 1});
+    f.Beat("psd-0", &l0, 3);
+    f.Beat("psd-1", &l1);
+    v1::JobStatus s = *f.table.Get("");
+    CHECK(s.state() == v1::JOB_STATE_FAILED);
+    CHECK(s.message().find("different plans") != std::string::npos);
   }
   SECTION("an error in the recovery epoch") {
     Fixture f;

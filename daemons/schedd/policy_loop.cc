@@ -106,6 +106,16 @@ absl::StatusOr<std::vector<double>> PolicyShares(const std::string& load_policy,
   return d->share_bytes;
 }
 
+double PredictedTransfer(const std::vector<int64_t>& counts, const std::vector<double>& rate) {
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  if (total <= 0 || counts.size() != rate.size()) return 0;
+  policy::LoadDistribution d;
+  for (int64_t c : counts) d.share_bytes.push_back(double(c) / double(total));
+  policy::EvaluateLoad(1.0, rate, &d);
+  return d.max_time_s;
+}
+
 absl::StatusOr<std::vector<uint32_t>> WlbsBatches(const std::vector<double>& speed,
                                                   uint32_t batch_size, uint32_t batch_max) {
   const size_t n = speed.size();
@@ -150,7 +160,13 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
   const size_t servers = job.servers.size();
   if (job.job_id != job_id_ || job.recovery_epoch != epoch_) {
     // A new job, or a recovery: every psd starts again from the even split.
-    if (job.job_id != job_id_) history_.clear();
+    // A recovery keeps the history: the epoch's plan in force goes in first.
+    if (job.job_id != job_id_) {
+      history_.clear();
+    } else if (current_.version() > 0) {
+      history_.push_back(current_);
+      if (history_.size() > kHistoryMax) history_.erase(history_.begin());
+    }
     job_id_ = job.job_id;
     servers_ = job.servers;
     epoch_ = job.recovery_epoch;
@@ -160,15 +176,27 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
     current_.set_job_id(job.job_id);
     current_.set_recovery_epoch(job.recovery_epoch);
     current_.set_load_policy("average");
-    std::vector<int64_t> even = ChunkCounts(std::vector<double>(servers, 1.0), chunks);
-    for (size_t s = 0, c = 0; s < servers; ++s) {
-      current_.add_server_chunks(even[s]);
-      for (int64_t k = 0; k < even[s]; ++k, ++c) current_.add_chunk_server(uint32_t(s));
-    }
-    for (const std::string& w : job.workers) {
-      v1::WorkerBatch* b = current_.add_worker_batches();
-      b->set_worker_node_id(w);
-      b->set_batch_size(job.batch_size);
+    if (job.start.has_value() && job.start->chunk_server_size() == chunks) {
+      // Resumed under its checkpoint's plan: the chunks are where it says.
+      *current_.mutable_chunk_server() = job.start->chunk_server();
+      std::vector<int64_t> counts(servers, 0);
+      for (uint32_t o : job.start->chunk_server()) {
+        if (o < servers) ++counts[o];
+      }
+      for (int64_t c : counts) current_.add_server_chunks(c);
+      *current_.mutable_worker_batches() = job.start->worker_batches();
+      for (v1::WorkerBatch& b : *current_.mutable_worker_batches()) b.clear_resume_samples();
+    } else {
+      std::vector<int64_t> even = ChunkCounts(std::vector<double>(servers, 1.0), chunks);
+      for (size_t s = 0, c = 0; s < servers; ++s) {
+        current_.add_server_chunks(even[s]);
+        for (int64_t k = 0; k < even[s]; ++k, ++c) current_.add_chunk_server(uint32_t(s));
+      }
+      for (const std::string& w : job.workers) {
+        v1::WorkerBatch* b = current_.add_worker_batches();
+        b->set_worker_node_id(w);
+        b->set_batch_size(job.batch_size);
+      }
     }
     next_ms_ = now_ms + job.update_time_ms;
     last_decision_ = "waiting for the first update period";
@@ -278,29 +306,44 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   // Each psd's host: what one of its nodes moved at once. A node's flows
   // of one phase run together (a psd takes every push of a round at once,
   // a worker every pull), so the sum of the fresh rates into a node, or
-  // out of it, is what the host's link carried for it then.
+  // out of it, is what the host's link carried for it then. Of those, the
+  // one over the most bytes: small flows pass inside a shaper's burst and
+  // read faster than the link (a psd left with its probe chunks receives
+  // pushes that small, while the worker beside it pulls the rest of the
+  // model at the link's rate).
   const int64_t fresh_ms = now_ms - 3 * job.update_time_ms;
   auto host = [&](const std::string& node) {
     auto it = job.host_of.find(node);
     return it != job.host_of.end() ? it->second : node;
   };
-  std::map<std::string, double> in, out;  // by node
+  struct Sum {
+    double flow_bytes = 0;  // first: the transfer over the most bytes wins
+    double rate = 0;
+    bool operator<(const Sum& o) const {
+      return flow_bytes != o.flow_bytes ? flow_bytes < o.flow_bytes : rate < o.rate;
+    }
+  };
+  std::map<std::string, Sum> in, out;  // by node
   for (const v1::LinkReport& l : links.All()) {
     // A link within a host never crosses its access link.
     if (l.measured_unix_ms() < fresh_ms || host(l.from_node_id()) == host(l.to_node_id())) {
       continue;
     }
-    in[l.to_node_id()] += l.throughput_bytes_per_second();
-    out[l.from_node_id()] += l.throughput_bytes_per_second();
+    for (Sum* sum : {&in[l.to_node_id()], &out[l.from_node_id()]}) {
+      sum->rate += l.throughput_bytes_per_second();
+      sum->flow_bytes += double(l.flow_bytes());
+    }
   }
   std::vector<double> rate(servers, 0.0);
   for (size_t s = 0; s < servers; ++s) {
     const std::string h = host(job.servers[s]);
+    Sum best;
     for (const auto* sums : {&in, &out}) {
       for (const auto& [node, sum] : *sums) {
-        if (host(node) == h) rate[s] = std::max(rate[s], sum);
+        if (host(node) == h && best < sum) best = sum;
       }
     }
+    rate[s] = best.rate;
     if (rate[s] <= 0) {
       *why = absl::StrCat("no link of ", job.servers[s], "'s host measured in the last ",
                           3 * job.update_time_ms / 1000, " s");
@@ -327,6 +370,28 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
     return false;
   }
   const std::vector<int64_t> counts = WithProbes(ChunkCounts(*shares, chunks), job.probe_chunks);
+  // ADLB's own cost model decides whether a new map pays: a fast host is
+  // only ever measured as fast as its slower peers let it move (its
+  // estimate follows the plan), so its throughput swings without any
+  // map doing better than the one in force. Only a predicted round
+  // shorter by more than update_rate moves chunks.
+  if ((job.load_policy == "adlb" || job.load_policy == "adlb-alg1") &&
+      current_.server_chunks_size() == int(servers)) {
+    const double was = PredictedTransfer(
+        std::vector<int64_t>(current_.server_chunks().begin(), current_.server_chunks().end()),
+        rate);
+    const double will = PredictedTransfer(counts, rate);
+    if (!(will * (1 + job.update_rate) < was)) {
+      current_.clear_server_throughput_bytes_per_second();
+      for (double r : rate) current_.add_server_throughput_bytes_per_second(r);
+      *next->mutable_server_throughput_bytes_per_second() =
+          current_.server_throughput_bytes_per_second();
+      *why = absl::StrCat("kept version ", current_.version(),
+                          ": a new map would shorten the predicted transfer by ",
+                          was > 0 ? 1 - will / was : 0, ", not over update_rate");
+      return false;
+    }
+  }
   std::vector<int> previous(current_.chunk_server().begin(), current_.chunk_server().end());
   std::vector<int> ids(servers);
   std::iota(ids.begin(), ids.end(), 0);

@@ -64,6 +64,12 @@ std::vector<int64_t> WithProbes(std::vector<int64_t> counts, int64_t probe = 1);
 absl::StatusOr<std::vector<double>> PolicyShares(const std::string& load_policy,
                                                  const std::vector<double>& throughput_Bps);
 
+// ADLB's Eq. 9 round transfer time, in units of one model's bytes over
+// 1 byte/s, of servers holding `counts` chunks (taken as equal-sized) at
+// these throughputs; what a load decision compares maps by. 0 when there
+// are no chunks or the sizes differ. O(S).
+double PredictedTransfer(const std::vector<int64_t>& counts, const std::vector<double>& rate);
+
 // WLBS (docs/plan.md): the global batch split over the workers in
 // proportion to their speeds (samples per compute second, each > 0), each
 // 1 to batch_max, summing to workers x batch_size. O(W^2) worst case.
@@ -96,6 +102,10 @@ struct PolicyJob {
   // Every member's host (its data address's IP), by node id: the nodes
   // of one host share its access link.
   std::map<std::string, std::string> host_of;
+  // A recovery epoch that resumed under its checkpoint's plan: that plan
+  // (version 1 of the epoch; chunk_server and worker_batches). Unset: the
+  // even split.
+  std::optional<v1::Policy> start;
 };
 
 class PolicyLoop {
@@ -106,7 +116,7 @@ class PolicyLoop {
   // A new plan to issue (version > 1), or none: not due yet, links not all
   // measured (each psd needs one link measured within 3 update periods),
   // or too little changed. A job or recovery epoch it has not seen starts
-  // from version 1 (the even split). `why` says what happened (status).
+  // from version 1 (job.start, or the even split). `why` says what happened (status).
   std::optional<v1::Policy> Tick(const PolicyJob& job, const LinkTable& links, int64_t now_ms);
   // Whether Tick would do anything for this job now (a new job or epoch,
   // or a period over): callers gather a PolicyJob only then.

@@ -658,6 +658,10 @@ void Schedd::RunPolicy() {
       job.host_of[m.node_id()] = hp.ok() ? hp->host : m.node_id();
     }
   }
+  if (a->has_plan() && a->plan().version() == 1 &&
+      a->plan().recovery_epoch() == a->recovery_epoch()) {
+    job.start = a->plan();
+  }
   std::optional<v1::Policy> plan = policy_.Tick(job, links_, now_ms);
   if (plan.has_value()) {
     jobs_->IssuePlan(*plan);

@@ -84,7 +84,36 @@ class Workerd::Jobs final : public JobRunner {
       if (m.node_id() == w_->runtime_->node_id()) rank = static_cast<int>(m.rank());
     }
     if (rank < 0) return absl::InvalidArgumentError("this workerd is not among the job's workers");
+    // A recovery: the round and the plan to resume under are picked from
+    // the servers' checkpoints first; this worker is built under them.
+    v1::JobAssignment latest = a;
+    while (latest.recovery_epoch() > 0 && !latest.resume_decided() && !latest.start()) {
+      if (!WaitUpdate(absl::Seconds(1), latest.roster_version(), &latest)) return absl::OkStatus();
+    }
     BspWorkerConfig c;
+    if (latest.recovery_epoch() > 0 && latest.has_plan() && latest.plan().version() == 1 &&
+        latest.plan().recovery_epoch() == latest.recovery_epoch() &&
+        latest.plan().chunk_server_size() > 0) {
+      const v1::Policy& plan = latest.plan();
+      c.start_plan.chunk_server.assign(plan.chunk_server().begin(), plan.chunk_server().end());
+      c.start_plan.batch.assign(latest.workers_size(), 0);
+      bool mine = false;
+      for (const v1::WorkerBatch& b : plan.worker_batches()) {
+        for (const v1::JobMember& m : latest.workers()) {
+          if (m.node_id() != b.worker_node_id() || m.rank() >= uint32_t(latest.workers_size())) {
+            continue;
+          }
+          c.start_plan.batch[m.rank()] = b.batch_size();
+          if (int(m.rank()) == rank) {
+            c.resume_samples = b.resume_samples();
+            mine = true;
+          }
+        }
+      }
+      if (!mine) {
+        return absl::InvalidArgumentError("the plan to resume under has no batch for this worker");
+      }
+    }
     c.job = spec;
     c.rank = static_cast<uint32_t>(rank);
     c.workers = static_cast<uint32_t>(a.workers_size());
@@ -119,7 +148,6 @@ class Workerd::Jobs final : public JobRunner {
     if (a.recovery_epoch() > 0) {
       // A recovery: every member is ready before the servers resume, at
       // the round schedd picked from their checkpoints.
-      v1::JobAssignment latest = a;
       while (!latest.start()) {
         if (!WaitUpdate(absl::Seconds(1), latest.roster_version(), &latest)) {
           Detach();

@@ -91,6 +91,7 @@ void JobRunner::TakeLinkReports(const std::string& self, std::vector<v1::LinkRep
     l.set_to_node_id(self);
     l.set_throughput_bytes_per_second(s.bytes_per_s);
     l.set_bytes_observed(s.bytes);
+    l.set_flow_bytes(s.flow_bytes);
     for (const transport::PeerEstimate& p : peers) {
       if (p.peer == s.from && p.rtprop_us > 0) l.set_rtt_ms(p.rtprop_us / 1e3);
     }

@@ -39,10 +39,12 @@ void LinkMeter::OnFlow(const transport::Peer& from, const transport::FlowResult&
   const double after_first = wire - wire / r.received;
   const double rate = after_first * 1e6 / double(r.last_us - r.first_us);
   Link& l = links_[from];
-  l.recent.push_back(rate);
+  l.recent.push_back({rate, r.bytes});
   while (l.recent.size() > config_.probe_num) l.recent.pop_front();
   l.now.from = from;
-  l.now.bytes_per_s = *std::max_element(l.recent.begin(), l.recent.end());
+  const auto best = std::max_element(l.recent.begin(), l.recent.end());
+  l.now.bytes_per_s = best->first;
+  l.now.flow_bytes = best->second;
   ++l.now.samples;
   l.now.bytes += r.bytes;
   l.now.updated_us = r.last_us;

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -40,6 +41,7 @@ absl::Status ValidateLinkMeterConfig(const LinkMeterConfig& c);
 struct LinkSample {
   transport::Peer from;
   double bytes_per_s = 0;   // the estimate: the largest of the latest samples
+  uint64_t flow_bytes = 0;  // the bytes of the flow that gave it
   uint64_t samples = 0;     // probes taken in all
   uint64_t bytes = 0;       // their bytes
   uint64_t updated_us = 0;  // the endpoint's clock at the latest probe
@@ -62,8 +64,8 @@ class LinkMeter final : public transport::FlowObserver {
  private:
   struct Link {
     LinkSample now;
-    std::deque<double> recent;
-    double reported = 0;  // 0: never
+    std::deque<std::pair<double, uint64_t>> recent;  // rate, flow bytes
+    double reported = 0;                             // 0: never
   };
   mutable absl::Mutex mu_;
   LinkMeterConfig config_ ABSL_GUARDED_BY(mu_);

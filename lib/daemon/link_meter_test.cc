@@ -30,6 +30,7 @@ TEST_CASE("a link's rate: bytes after the first packet over the time to the last
   CHECK(changed[0].from == a);
   const double per_packet = 100'000 + kPacketOverheadBytes;
   CHECK(changed[0].bytes_per_s == Approx(10 * per_packet / 0.08));
+  CHECK(changed[0].flow_bytes == 1'100'000);
   CHECK(changed[0].samples == 3);
   CHECK(m.TakeChanged().empty());  // reported
 
@@ -42,6 +43,13 @@ TEST_CASE("a link's rate: bytes after the first packet over the time to the last
   changed = m.TakeChanged();
   REQUIRE(changed.size() == 1);
   CHECK(changed[0].bytes_per_s == Approx(10 * per_packet / 0.16));
+  // The size of the flow that gave the estimate goes with it.
+  m.OnFlow(a, Flow(440'000, 11, 0, 20'000));
+  CHECK(m.All()[0].flow_bytes == 440'000);
+  m.OnFlow(a, Flow(1'100'000, 11, 0, 160'000));
+  CHECK(m.All()[0].flow_bytes == 440'000);  // still the largest rate
+  for (int i = 0; i < 3; ++i) m.OnFlow(a, Flow(1'100'000, 11, 0, 160'000));
+  CHECK(m.All()[0].flow_bytes == 1'100'000);
   // Within report_rate of what was reported: not again.
   m.OnFlow(a, Flow(1'100'000, 11, 0, 150'000));
   CHECK(m.TakeChanged().empty());

@@ -37,7 +37,8 @@ struct Cluster {
   // it is created.
   Cluster(const JobSpec& job, int num_servers, int num_workers, absl::Duration deadline,
           double loss = 0,
-          const std::function<void(int, ps::ShardServerConfig*)>& configure = nullptr) {
+          const std::function<void(int, ps::ShardServerConfig*)>& configure = nullptr,
+          const std::function<void(int, BspWorkerConfig*)>& configure_worker = nullptr) {
     train::SetCpuThreads(1);  // several trainers share this machine's cores
     transport::EndpointConfig ec;
     ec.key = transport::testing::TestKey();
@@ -57,6 +58,7 @@ struct Cluster {
       c.endpoint = ec;
       c.evaluate = w == 0;
       c.pull_timeout = absl::Seconds(30);
+      if (configure_worker) configure_worker(w, &c);
       auto wk = BspWorker::Create(c, backends.back().get(), Shared(c.endpoint));
       REQUIRE(wk.ok());
       worker_peers.push_back((*wk)->local());
@@ -532,6 +534,103 @@ TEST_CASE("plans that change the workers' batches hold exactly from their round"
   CHECK(samples == std::vector<int64_t>{6 * 32 + 10 * 48 + 14 * 20, 6 * 32 + 10 * 16 + 14 * 44});
   CHECK(moved_samples == samples);
   CHECK(even_samples == std::vector<int64_t>{30 * 32, 30 * 32});
+}
+
+// Recovery under a plan: the job checkpoints after a plan moved chunks
+// and split the batch 48/16; a second cluster resumes every server from
+// its checkpoint, under the plan it records, and every worker at its
+// position in its sample stream. It ends where the job did, bit for bit.
+TEST_CASE("a job resumed from checkpoints taken under a plan ends where it did", "[bsp][wlbs]") {
+  JobSpec job = SmallJob(30);
+  job.batch_policy = "wlbs";
+  auto store = storage::CheckpointStore::Open({MakeTestDir("bsp-plan-resume"), 10});
+  REQUIRE(store.ok());
+  const std::vector<uint32_t> split = {48, 16};
+  std::vector<uint32_t> owners;
+  std::vector<float> uninterrupted;
+  {
+    storage::CheckpointWriter w0(store->get()), w1(store->get());
+    storage::CheckpointWriter* writers[] = {&w0, &w1};
+    Cluster c(job, 2, 2, absl::Seconds(30), 0, [&](int s, ps::ShardServerConfig* sc) {
+      sc->plan_lead = 1;
+      sc->checkpoints = writers[s];
+      sc->checkpoint_every_rounds = 5;
+      sc->job_id = "job-plan-resume";
+    });
+    c.Start();
+    std::vector<std::thread> threads;
+    for (int w = 0; w < 2; ++w) {
+      threads.emplace_back([&, w] { CHECK(c.workers[w]->Run(0, nullptr).ok()); });
+    }
+    const auto layout =
+        *ps::ChunkLayout::Create(c.workers[0]->params().size(), uint32_t(job.chunk_size));
+    owners.resize(layout.num_chunks());
+    for (uint32_t k = 0; k < owners.size(); ++k) owners[k] = (k % 3 == 0) ? 0 : 1;
+    ps::ShardServer& lead = *c.servers[0];
+    REQUIRE(lead.AwaitStats([](const ps::ShardServerStats& s) { return s.iteration + 2 <= 6; },
+                            absl::Minutes(1)));
+    REQUIRE(lead.ProposePlan(*ps::ChunkMap::FromOwners(layout, 2, owners, 2), split, 6).ok());
+    for (auto& t : threads) t.join();
+    uninterrupted = c.workers[0]->params();
+    for (auto& s : c.servers) {
+      REQUIRE(s->WaitFinished(absl::Seconds(30)));
+      CHECK(s->GetStats().plan_switches == 1);
+    }
+    for (auto* w : writers) w->Drain();
+  }
+  // The newest round after the switch both servers hold, before the last.
+  uint64_t round = 0;
+  for (uint64_t r = 25; r >= 10 && round == 0; r -= 5) {
+    if ((*store)->Read("job-plan-resume", 0, r).ok() &&
+        (*store)->Read("job-plan-resume", 1, r).ok()) {
+      round = r;
+    }
+  }
+  INFO("resumed at round " << round);
+  REQUIRE(round >= 10);
+  std::vector<storage::Checkpoint> ckpt;
+  for (uint32_t s = 0; s < 2; ++s) {
+    auto c = (*store)->Read("job-plan-resume", s, round);
+    REQUIRE(c.ok());
+    // The plan of the round: the moved chunks, the split, and what each
+    // worker drew: 6 rounds of 32, then the split's.
+    CHECK(c->plan.num_servers == 2);
+    CHECK(c->plan.chunk_server == owners);
+    CHECK(c->plan.worker_batch == split);
+    CHECK(c->plan.worker_samples ==
+          std::vector<uint64_t>{6 * 32 + (round - 6) * 48, 6 * 32 + (round - 6) * 16});
+    ckpt.push_back(std::move(*c));
+  }
+  Cluster c(
+      job, 2, 2, absl::Seconds(30), 0,
+      [&](int s, ps::ShardServerConfig* sc) { sc->resume = &ckpt[s]; },
+      [&](int w, BspWorkerConfig* wc) {
+        wc->start_plan.chunk_server = ckpt[0].plan.chunk_server;
+        wc->start_plan.batch = ckpt[0].plan.worker_batch;
+        wc->resume_samples = ckpt[0].plan.worker_samples[w];
+      });
+  for (auto& w : c.workers) w->ResumeAt(int64_t(round));
+  c.Start();
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] { CHECK(c.workers[w]->Run(0, nullptr).ok()); });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(c.workers[0]->params() == uninterrupted);  // bit for bit
+  for (auto& s : c.servers) {
+    REQUIRE(s->WaitFinished(absl::Seconds(30)));
+    CHECK(s->GetStats().rounds_complete == 30 - round);
+    CHECK(s->GetStats().plan_switches == 0);  // started under it
+  }
+  // A worker told to resume under a plan of another model is refused.
+  BspWorkerConfig bad;
+  bad.job = job;
+  bad.workers = 2;
+  bad.endpoint.key = transport::testing::TestKey();
+  bad.start_plan.chunk_server = {0, 1};
+  bad.start_plan.batch = split;
+  std::unique_ptr<train::Backend> cpu = train::NewCpuBackend();
+  CHECK(BspWorker::Create(bad, cpu.get()).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -44,6 +44,14 @@ absl::StatusOr<std::unique_ptr<BspWorker>> BspWorker::Create(const BspWorkerConf
                    ps::ChunkLayout::Create(w->model_->num_params(),
                                            static_cast<uint32_t>(config.job.chunk_size)));
   w->layout_ = std::make_unique<ps::ChunkLayout>(layout);
+  if (!config.start_plan.chunk_server.empty()) {
+    if (config.start_plan.chunk_server.size() != layout.num_chunks()) {
+      return absl::InvalidArgumentError(absl::StrCat("worker: the plan to resume under has ",
+                                                     config.start_plan.chunk_server.size(),
+                                                     " chunks, the model ", layout.num_chunks()));
+    }
+    RETURN_IF_ERROR(w->shape_.CheckBatches(config.start_plan.batch));
+  }
   std::vector<uint32_t> every(layout.num_chunks());
   std::iota(every.begin(), every.end(), 0u);
   w->pull_packets_max_ = ps::PacketsForChunks(layout, every, config.endpoint.payload_floats());
@@ -94,8 +102,11 @@ void BspWorker::SetServers(const std::vector<Peer>& servers) {
   if (!servers.empty() && (book_ == nullptr || book_->num_servers() != servers.size())) {
     ps::PlanShape shape = shape_;
     shape.num_servers = static_cast<uint32_t>(servers.size());
-    auto book = ps::PlanBook::Create(*layout_, shape, config_.endpoint.payload_floats());
+    const bool resumed = !config_.start_plan.chunk_server.empty();
+    auto book = ps::PlanBook::Create(*layout_, shape, config_.endpoint.payload_floats(),
+                                     resumed ? &config_.start_plan : nullptr);
     book_ = book.ok() ? std::make_unique<ps::PlanBook>(std::move(*book)) : nullptr;
+    book_error_ = book.status();
     announcements_in_ = std::make_unique<ps::PlanReceiver>(layout_->num_chunks(), shape.num_workers,
                                                            config_.endpoint.payload_floats());
   }
@@ -249,9 +260,10 @@ absl::Status BspWorker::Run(int64_t report_every,
   JsonWriter line;
   std::vector<transport::FlowResult> pulled;
   std::optional<ps::ChunkMap> map;  // the plan of the iteration pulled
-  // Position in this worker's sample stream; a resumed worker (a recovery
-  // starts from the even split) starts where equal batches would be.
-  uint64_t cursor = uint64_t(t) * config_.job.batch_size;
+  // Position in this worker's sample stream: where the checkpoint resumed
+  // from says it was, or where equal batches would be.
+  uint64_t cursor = !config_.start_plan.chunk_server.empty() ? config_.resume_samples
+                                                             : uint64_t(t) * config_.job.batch_size;
   for (;;) {
     // Pull: parameters t from every server (or newer, if we fell behind).
     const auto wait_start = Clock::now();
@@ -261,7 +273,7 @@ absl::Status BspWorker::Run(int64_t report_every,
       absl::MutexLock lock(&mu_);
       const absl::Time deadline = absl::Now() + config_.pull_timeout;
       auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        if (stop_ || servers_.empty() || book_ == nullptr) return bool(stop_);
+        if (stop_ || servers_.empty() || book_ == nullptr) return stop_ || !book_error_.ok();
         for (size_t s = 0; s < complete_.size(); ++s) {
           // A server still sending an older round is not ready.
           if (complete_[s] < t || receiving_[s] > complete_[s]) return false;
@@ -281,6 +293,7 @@ absl::Status BspWorker::Run(int64_t report_every,
         if (arrived_.WaitWithDeadline(&mu_, deadline)) break;
       }
       if (stop_) return absl::CancelledError("worker stopped");
+      if (!book_error_.ok()) return book_error_;
       if (!ready()) {
         return absl::DeadlineExceededError(
             absl::StrCat("worker ", config_.rank, ": no parameters for iteration ", t, " within ",

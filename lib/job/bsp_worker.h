@@ -54,6 +54,13 @@ struct BspWorkerConfig {
   // Fault injection (workerd's compute_slowdown): compute takes this many
   // times as long; the worker idles for the difference. 1: off.
   double compute_slowdown = 1.0;
+  // A recovery that resumes under the plan its checkpoint recorded
+  // (docs/plan.md, "Recovery"): version 1 (every chunk's owner, every
+  // worker's batch), and the samples this worker had drawn before the
+  // resume round. Empty chunk_server: the even split, and ResumeAt's
+  // iteration x batch_size drawn.
+  ps::PlanBook::Start start_plan;
+  uint64_t resume_samples = 0;
 };
 
 struct WorkerProgress {
@@ -159,6 +166,7 @@ class BspWorker : public transport::Receiver {
   // The plans this worker knows (null until it knows its servers), and an
   // announcement being received from server 0.
   std::unique_ptr<ps::PlanBook> book_ ABSL_GUARDED_BY(mu_);
+  absl::Status book_error_ ABSL_GUARDED_BY(mu_);  // why there is none (start_plan)
   std::unique_ptr<ps::PlanReceiver> announcements_in_ ABSL_GUARDED_BY(mu_);
   uint64_t pull_packets_max_ = 0;  // a flow of every chunk
   WorkerPlanStats plan_stats_ ABSL_GUARDED_BY(mu_);

@@ -99,15 +99,6 @@ absl::Status Validate(const JobSpec& j, absl::string_view origin) {
   }
   if (j.dataset.empty())
     return absl::InvalidArgumentError(absl::StrCat(origin, ": 'dataset' is empty"));
-  if (j.adaptive() && j.checkpoint_every_rounds > 0) {
-    // A checkpoint holds a psd's chunks under the plan of its round; a
-    // recovery restarts every psd on the even split (docs/plan.md).
-    return absl::InvalidArgumentError(absl::StrCat(
-        origin, ": 'load_policy: ", j.load_policy, "' and 'batch_policy: ", j.batch_policy,
-        "' cannot be combined with 'checkpoint_every_rounds' yet: checkpoints do not "
-        "record the plan, so a recovery could not resume; use load_policy: average "
-        "and batch_policy: equal"));
-  }
   train::OptimizerConfig oc = j.optimizer_config();
   oc.total_steps = 1;  // the servers set it from the job's iterations
   absl::Status s = train::ValidateOptimizerConfig(oc);

@@ -42,15 +42,19 @@ absl::Status PlanShape::CheckBatches(const std::vector<uint32_t>& batch) const {
 }
 
 absl::StatusOr<PlanBook> PlanBook::Create(const ChunkLayout& layout, const PlanShape& shape,
-                                          uint32_t payload_floats) {
+                                          uint32_t payload_floats, const Start* start) {
   if (shape.num_workers == 0 || shape.batch_size == 0 || shape.batch_max < shape.batch_size) {
     return absl::InvalidArgumentError("plan: a job needs workers and a batch");
   }
-  absl::StatusOr<ChunkMap> even = ChunkMap::EvenSplit(layout, shape.num_servers, 1);
-  if (!even.ok()) return even.status();
+  absl::StatusOr<ChunkMap> map =
+      start == nullptr ? ChunkMap::EvenSplit(layout, shape.num_servers, 1)
+                       : ChunkMap::FromOwners(layout, shape.num_servers, start->chunk_server, 1);
+  if (!map.ok()) return map.status();
+  std::vector<uint32_t> batch = start == nullptr ? shape.EvenBatches() : start->batch;
+  if (absl::Status s = shape.CheckBatches(batch); !s.ok()) return s;
   PlanBook book(layout, shape, payload_floats);
-  std::vector<uint64_t> packets = PacketsPerServer(layout, *even, payload_floats);
-  book.plans_.emplace(1, Plan{0, std::move(*even), shape.EvenBatches(), std::move(packets)});
+  std::vector<uint64_t> packets = PacketsPerServer(layout, *map, payload_floats);
+  book.plans_.emplace(1, Plan{0, std::move(*map), std::move(batch), std::move(packets)});
   return book;
 }
 

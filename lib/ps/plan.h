@@ -59,9 +59,16 @@ class PlanBook {
   // older ones for flows still in flight from a node that fell behind.
   static constexpr size_t kKept = 4;
 
-  // Holds version 1: the even split of chunks and batches, from iteration 0.
+  // Holds version 1 from iteration 0: the even split of chunks and
+  // batches, or, when a recovery resumes under another plan (docs/plan.md,
+  // "Recovery"), `start`: every chunk's owner and every worker's batch.
+  // InvalidArgument for a start of another shape.
+  struct Start {
+    std::vector<uint32_t> chunk_server;
+    std::vector<uint32_t> batch;
+  };
   static absl::StatusOr<PlanBook> Create(const ChunkLayout& layout, const PlanShape& shape,
-                                         uint32_t payload_floats);
+                                         uint32_t payload_floats, const Start* start = nullptr);
 
   // A newer version: `from` must be after every known version's from.
   // InvalidArgument for an older or known version, an earlier start, or a

@@ -53,10 +53,31 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
   shape.batch_size = config.batch_size;
   shape.batch_max =
       config.batch_max > 0 ? config.batch_max : config.num_workers * config.batch_size;
-  ASSIGN_OR_RETURN(PlanBook book, PlanBook::Create(layout, shape, pf));
+  // A recovery resumes under the plan its checkpoint was trained under.
+  std::optional<PlanBook::Start> start;
+  const storage::Checkpoint* resume = config.resume;
+  if (resume != nullptr && !resume->plan.empty()) {
+    if (resume->plan.num_servers != config.num_servers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard server: the checkpoint of round ", resume->round, " was trained on ",
+                       resume->plan.num_servers, " servers, this job has ", config.num_servers));
+    }
+    start = PlanBook::Start{resume->plan.chunk_server, resume->plan.worker_batch};
+  }
+  ASSIGN_OR_RETURN(PlanBook book, PlanBook::Create(layout, shape, pf, start ? &*start : nullptr));
   ChunkMap map = book.For(0).map;
   auto s = std::unique_ptr<ShardServer>(new ShardServer(config, layout, std::move(map)));
   s->optimizer_config_ = optimizer;
+  s->batch_ = book.For(0).batch;
+  // Samples each worker drew before the first round: what it had drawn
+  // when the checkpoint was taken (equal batches, before plans were kept).
+  if (resume == nullptr) {
+    s->samples_.assign(config.num_workers, 0);
+  } else if (!resume->plan.empty()) {
+    s->samples_ = resume->plan.worker_samples;
+  } else {
+    s->samples_.assign(config.num_workers, resume->round * config.batch_size);
+  }
   s->owned_ = s->map_.ChunksOf(config.server_index);
   {
     absl::MutexLock lock(&s->mu_);
@@ -330,6 +351,7 @@ bool ShardServer::Switch(uint32_t t, const Plan& next) {
   aggregate_.resize(std::min(floats_, kApplyTileFloats));
   snapshot_for_ = -1;  // ApplyStep's snapshot has the old layout
   map_ = next.map;
+  batch_ = next.batch;
   plan_version_ = v;
   push_packets_ = next.packets[me];
   ++stats_.plan_switches;
@@ -437,7 +459,6 @@ void ShardServer::Broadcast(uint32_t iteration) {
 
 transport::DropReason ShardServer::AcceptFlow(const Peer& from, const Header& first) {
   absl::MutexLock lock(&mu_);
-  const uint32_t pf = config_.endpoint.payload_floats();
   if (const int server = ServerIndex(from); server >= 0) {
     if (first.chunk_id == kPlanChunk) {
       // An announcement: from server 0 only, of a plan newer than all
@@ -651,6 +672,10 @@ double ShardServer::MaybeCheckpoint(uint32_t t) {
   c.round = uint64_t(t) + 1;
   c.optimizer_steps = optimizer_->steps();
   c.spec = config_.spec_text;
+  c.plan.num_servers = config_.num_servers;
+  c.plan.chunk_server = map_.owners();
+  c.plan.worker_batch = batch_;
+  c.plan.worker_samples = samples_;
   c.chunks.resize(owned_.size());
   for (size_t i = 0; i < owned_.size(); ++i) {
     const uint32_t id = owned_[i];
@@ -808,6 +833,7 @@ void ShardServer::Run() {
     // A round no worker contributed to changed nothing: no checkpoint, so
     // that a server whose workers are stuck (another server is down) does
     // not push out, by keep_last, the rounds the others also hold.
+    for (size_t k = 0; k < samples_.size() && k < batch_.size(); ++k) samples_[k] += batch_[k];
     const double snapshot_ms = inputs.empty() ? 0 : MaybeCheckpoint(t);
     const auto agg_end = Clock::now();
     if (config_.trace != nullptr) {

@@ -93,8 +93,10 @@ struct ShardServerConfig {
   std::string job_id;     // what the checkpoints are filed under
   std::string spec_text;  // the job spec, stored with them
   // Resume: start at this checkpoint's round with its parameters and
-  // optimizer state instead of round 0 and the initial parameters. It must
-  // hold exactly this server's chunks. Read by Create only; not owned.
+  // optimizer state instead of round 0 and the initial parameters, under
+  // the plan it records (version 1; none recorded: the even split). It
+  // must hold exactly this server's chunks of that plan. Read by Create
+  // only; not owned. Checkpoints record the plan of their round.
   const storage::Checkpoint* resume = nullptr;
 };
 
@@ -241,6 +243,8 @@ class ShardServer : public transport::Receiver {
   // it does so under mu_: the endpoint thread reads local_ and floats_
   // under mu_, the round thread reads them without.
   ChunkMap map_;
+  std::vector<uint32_t> batch_;                  // each worker's, by rank, under map_'s plan
+  std::vector<uint64_t> samples_;                // each worker's drawn before the next round
   std::vector<uint32_t> owned_;                  // chunk ids, ascending
   absl::flat_hash_map<uint32_t, size_t> local_;  // chunk id -> local offset
   size_t floats_ = 0;

@@ -107,7 +107,39 @@ std::string MetaPayload(const Checkpoint& c) {
     w.U64(ch.params.size());
     w.U8(static_cast<uint8_t>(ch.slots.size()));
   }
+  // The plan, when there is one: an optional tail (older metas end above).
+  const CheckpointPlan& p = c.plan;
+  if (!p.empty()) {
+    w.U32(p.num_servers);
+    w.U32(static_cast<uint32_t>(p.chunk_server.size()));
+    for (uint32_t o : p.chunk_server) w.U32(o);
+    w.U32(static_cast<uint32_t>(p.worker_batch.size()));
+    for (size_t k = 0; k < p.worker_batch.size(); ++k) {
+      w.U32(p.worker_batch[k]);
+      w.U64(p.worker_samples[k]);
+    }
+  }
   return w.Take();
+}
+
+absl::Status ValidatePlan(const CheckpointPlan& p) {
+  if (p.empty()) {
+    return p.chunk_server.empty() && p.worker_batch.empty() && p.worker_samples.empty()
+               ? absl::OkStatus()
+               : absl::InvalidArgumentError("plan: chunks or workers without servers");
+  }
+  if (p.num_servers > kPlanServersMax || p.chunk_server.size() > kChunksMax ||
+      p.worker_batch.size() > kPlanWorkersMax || p.worker_batch.size() != p.worker_samples.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plan: ", p.num_servers, " servers, ", p.chunk_server.size(), " chunks, ",
+        p.worker_batch.size(), " batches and ", p.worker_samples.size(), " sample counts"));
+  }
+  for (uint32_t o : p.chunk_server) {
+    if (o >= p.num_servers) {
+      return absl::InvalidArgumentError(absl::StrCat("plan: a chunk owned by server ", o));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Meta> ParseMeta(std::string_view payload) {
@@ -130,7 +162,31 @@ absl::StatusOr<Meta> ParseMeta(std::string_view payload) {
       return absl::DataLossError("checkpoint meta chunk entry malformed");
     }
   }
-  if (r.left() != 0) return absl::DataLossError("checkpoint meta record has trailing bytes");
+  if (r.left() != 0) {
+    CheckpointPlan& p = m.head.plan;
+    uint32_t chunks = 0, workers = 0;
+    if (!r.U32(&p.num_servers) || p.num_servers == 0 || p.num_servers > kPlanServersMax ||
+        !r.U32(&chunks) || chunks > kChunksMax || chunks > r.left() / 4) {
+      return absl::DataLossError("checkpoint meta: plan malformed");
+    }
+    p.chunk_server.resize(chunks);
+    for (uint32_t& o : p.chunk_server) {
+      if (!r.U32(&o) || o >= p.num_servers) {
+        return absl::DataLossError("checkpoint meta: plan names a server out of range");
+      }
+    }
+    if (!r.U32(&workers) || workers > kPlanWorkersMax || workers > r.left() / 12) {
+      return absl::DataLossError("checkpoint meta: plan's workers malformed");
+    }
+    p.worker_batch.resize(workers);
+    p.worker_samples.resize(workers);
+    for (uint32_t k = 0; k < workers; ++k) {
+      if (!r.U32(&p.worker_batch[k]) || !r.U64(&p.worker_samples[k])) {
+        return absl::DataLossError("checkpoint meta: plan's workers truncated");
+      }
+    }
+    if (r.left() != 0) return absl::DataLossError("checkpoint meta record has trailing bytes");
+  }
   return m;
 }
 
@@ -184,6 +240,7 @@ absl::Status ValidateCheckpoint(const Checkpoint& c) {
   RETURN_IF_ERROR(ValidateJobId(c.job_id));
   if (c.spec.size() > kSpecBytesMax) return absl::InvalidArgumentError("job spec too large");
   if (c.chunks.size() > kChunksMax) return absl::InvalidArgumentError("too many chunks");
+  RETURN_IF_ERROR(ValidatePlan(c.plan));
   std::vector<uint32_t> ids;
   for (const ChunkState& ch : c.chunks) ids.push_back(ch.chunk_id);
   std::sort(ids.begin(), ids.end());

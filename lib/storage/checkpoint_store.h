@@ -40,6 +40,26 @@ constexpr size_t kJobIdBytesMax = 128;
 constexpr size_t kSpecBytesMax = 1 << 20;
 constexpr uint32_t kChunksMax = 1 << 20;
 constexpr uint32_t kSlotsMax = 2;  // SGD momentum: 1; Adam: 2
+constexpr uint32_t kPlanServersMax = 1 << 16;
+constexpr uint32_t kPlanWorkersMax = 1 << 16;
+
+// The plan the chunks were trained under at the checkpoint's round
+// (docs/plan.md), so that a recovery resumes every node under it: which
+// server owns each chunk of the model, and by worker rank the batch and
+// the samples drawn from the worker's stream before the round. Empty
+// (num_servers 0): the even split, equal batches (checkpoints written
+// before plans were recorded).
+struct CheckpointPlan {
+  uint32_t num_servers = 0;
+  std::vector<uint32_t> chunk_server;  // every chunk's owner, < num_servers
+  std::vector<uint32_t> worker_batch;
+  std::vector<uint64_t> worker_samples;  // as long as worker_batch
+  bool empty() const { return num_servers == 0; }
+  bool operator==(const CheckpointPlan& o) const {
+    return num_servers == o.num_servers && chunk_server == o.chunk_server &&
+           worker_batch == o.worker_batch && worker_samples == o.worker_samples;
+  }
+};
 
 struct ChunkState {
   uint32_t chunk_id = 0;
@@ -55,6 +75,7 @@ struct Checkpoint {
   uint64_t optimizer_steps = 0;  // OptimizerState::steps()
   std::string spec;              // the job spec's text
   uint64_t written_unix_ms = 0;  // set by Write
+  CheckpointPlan plan;
   std::vector<ChunkState> chunks;
 };
 

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "lib/base/test_dir.h"
 #include "lib/storage/record.h"
@@ -47,6 +48,21 @@ Checkpoint Make(uint64_t round, uint32_t chunks = 3, uint32_t slots = 1, size_t 
     c.chunks.push_back(std::move(ch));
   }
   return c;
+}
+
+// A meta record of job-x's server 0, round 4, claiming `chunks` chunks
+// (their entries not written), then whatever `tail` writes.
+std::string MetaRecord(uint32_t chunks, const std::function<void(ByteWriter*)>& tail) {
+  ByteWriter w;
+  w.String("job-x");
+  w.U32(0);
+  w.U64(4);
+  w.U64(4);
+  w.U64(0);
+  w.String("");
+  w.U32(chunks);
+  tail(&w);
+  return EncodeRecord(RecordKind::kMeta, w.bytes());
 }
 
 void CheckSame(const Checkpoint& a, const Checkpoint& b) {
@@ -317,6 +333,86 @@ TEST_CASE("after a failed write the next one resumes the store", "[storage]") {
   CHECK(back->round == 3);
 }
 
+TEST_CASE("the plan a checkpoint was trained under reads back; none is the even split",
+          "[storage]") {
+  const std::string dir = MakeTestDir("ckpt");
+  auto store = OpenAt(dir);
+  Checkpoint c = Make(10);
+  c.plan.num_servers = 3;
+  c.plan.chunk_server = {2, 2, 0, 1, 2};
+  c.plan.worker_batch = {48, 16};
+  c.plan.worker_samples = {400, 240};
+  REQUIRE(store->Write(c).ok());
+  auto back = store->Read(c.job_id, c.server_index, 10);
+  REQUIRE(back.ok());
+  CheckSame(*back, c);
+  CHECK(back->plan == c.plan);
+  // Written without one (as before plans were kept): read as empty.
+  Checkpoint old = Make(20);
+  REQUIRE(store->Write(old).ok());
+  back = store->Read(old.job_id, old.server_index, 20);
+  REQUIRE(back.ok());
+  CHECK(back->plan.empty());
+  CHECK(back->plan.chunk_server.empty());
+  // A plan naming a server it does not have, or batches without sample
+  // counts, is not written.
+  Checkpoint bad = Make(30);
+  bad.plan.num_servers = 2;
+  bad.plan.chunk_server = {0, 2};
+  CHECK(store->Write(bad).code() == absl::StatusCode::kInvalidArgument);
+  bad.plan.chunk_server = {0, 1};
+  bad.plan.worker_batch = {8};
+  CHECK(store->Write(bad).code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("a meta record whose plan is malformed is refused", "[storage]") {
+  const std::string dir = MakeTestDir("ckpt");
+  // The meta of a checkpoint of no chunks, then a plan tail.
+  auto meta = [](const std::function<void(ByteWriter*)>& tail) { return MetaRecord(0, tail); };
+  const std::string tails[] = {
+      // A chunk owned by server 5 of 2.
+      meta([](ByteWriter* w) {
+        w->U32(2);
+        w->U32(1);
+        w->U32(5);
+        w->U32(0);
+      }),
+      // A million chunks claimed in a few bytes.
+      meta([](ByteWriter* w) {
+        w->U32(2);
+        w->U32(kChunksMax);
+      }),
+      // Workers claimed and missing.
+      meta([](ByteWriter* w) {
+        w->U32(2);
+        w->U32(0);
+        w->U32(1000);
+      }),
+      // Zero servers.
+      meta([](ByteWriter* w) {
+        w->U32(0);
+        w->U32(0);
+        w->U32(0);
+      }),
+  };
+  for (const std::string& value : tails) {
+    fs::remove_all(dir);
+    {
+      rocksdb::DB* raw = nullptr;
+      rocksdb::Options o;
+      o.create_if_missing = true;
+      REQUIRE(rocksdb::DB::Open(o, dir, &raw).ok());
+      REQUIRE(raw->Put(rocksdb::WriteOptions(), "c/job-x/00000000/0000000000000004/m", value).ok());
+      delete raw;
+    }
+    auto store = OpenAt(dir);
+    absl::StatusOr<Checkpoint> c = store->Read("job-x", 0, 4);
+    INFO(c.status().message());
+    CHECK(c.status().code() == absl::StatusCode::kDataLoss);
+    CHECK(c.status().message().find("plan") != absl::string_view::npos);
+  }
+}
+
 TEST_CASE("a directory that cannot be made, and malformed checkpoints, are refused", "[storage]") {
   const std::string dir = MakeTestDir("ckpt");
   { std::ofstream(dir + "/file") << "x"; }
@@ -343,16 +439,9 @@ TEST_CASE("a meta record claiming a million chunks in a few bytes is refused", "
     rocksdb::Options o;
     o.create_if_missing = true;
     REQUIRE(rocksdb::DB::Open(o, dir, &raw).ok());
-    ByteWriter w;
-    w.String("job-x");
-    w.U32(0);
-    w.U64(4);
-    w.U64(4);
-    w.U64(0);
-    w.String("");
-    w.U32(kChunksMax);  // and no entries follow
+    // And no entries follow.
     REQUIRE(raw->Put(rocksdb::WriteOptions(), "c/job-x/00000000/0000000000000004/m",
-                     EncodeRecord(RecordKind::kMeta, w.bytes()))
+                     MetaRecord(kChunksMax, [](ByteWriter*) {}))
                 .ok());
     delete raw;
   }
