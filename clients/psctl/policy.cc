@@ -82,6 +82,7 @@ int LinksCommand(const Connection& c, std::ostream& out, std::ostream& err) {
       w.Key("throughput_bytes_per_second").Double(l.throughput_bytes_per_second());
       w.Key("rtt_ms").Double(l.rtt_ms());
       w.Key("bytes_observed").Uint(l.bytes_observed());
+      w.Key("flow_bytes").Uint(l.flow_bytes());
       w.Key("age_ms").Int(resp.now_unix_ms() - l.measured_unix_ms());
       w.EndObject();
     }

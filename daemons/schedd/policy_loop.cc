@@ -306,44 +306,33 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   // Each psd's host: what one of its nodes moved at once. A node's flows
   // of one phase run together (a psd takes every push of a round at once,
   // a worker every pull), so the sum of the fresh rates into a node, or
-  // out of it, is what the host's link carried for it then. Of those, the
-  // one over the most bytes: small flows pass inside a shaper's burst and
-  // read faster than the link (a psd left with its probe chunks receives
-  // pushes that small, while the worker beside it pulls the rest of the
-  // model at the link's rate).
+  // out of it, is what the host's link carried for it then. The largest:
+  // a fast host is only seen moving what its slower peers let it, so each
+  // sum is a lower bound (docs/results/2026-11-24-adaptive.md has why
+  // preferring the sum over the most bytes, which reads burst-sized flows
+  // right, made fast hosts read at their slowest senders' rates).
   const int64_t fresh_ms = now_ms - 3 * job.update_time_ms;
   auto host = [&](const std::string& node) {
     auto it = job.host_of.find(node);
     return it != job.host_of.end() ? it->second : node;
   };
-  struct Sum {
-    double flow_bytes = 0;  // first: the transfer over the most bytes wins
-    double rate = 0;
-    bool operator<(const Sum& o) const {
-      return flow_bytes != o.flow_bytes ? flow_bytes < o.flow_bytes : rate < o.rate;
-    }
-  };
-  std::map<std::string, Sum> in, out;  // by node
+  std::map<std::string, double> in, out;  // by node
   for (const v1::LinkReport& l : links.All()) {
     // A link within a host never crosses its access link.
     if (l.measured_unix_ms() < fresh_ms || host(l.from_node_id()) == host(l.to_node_id())) {
       continue;
     }
-    for (Sum* sum : {&in[l.to_node_id()], &out[l.from_node_id()]}) {
-      sum->rate += l.throughput_bytes_per_second();
-      sum->flow_bytes += double(l.flow_bytes());
-    }
+    in[l.to_node_id()] += l.throughput_bytes_per_second();
+    out[l.from_node_id()] += l.throughput_bytes_per_second();
   }
   std::vector<double> rate(servers, 0.0);
   for (size_t s = 0; s < servers; ++s) {
     const std::string h = host(job.servers[s]);
-    Sum best;
     for (const auto* sums : {&in, &out}) {
       for (const auto& [node, sum] : *sums) {
-        if (host(node) == h && best < sum) best = sum;
+        if (host(node) == h) rate[s] = std::max(rate[s], sum);
       }
     }
-    rate[s] = best.rate;
     if (rate[s] <= 0) {
       *why = absl::StrCat("no link of ", job.servers[s], "'s host measured in the last ",
                           3 * job.update_time_ms / 1000, " s");

@@ -167,32 +167,6 @@ TEST_CASE("a psd's throughput is its host's: links of any node there count", "[p
   CHECK(plan->server_chunks(1) == 4);
 }
 
-TEST_CASE("a host reads as fast as its largest transfer, not a burst of small flows", "[policy]") {
-  PolicyJob job = TwoHostJob("job-3", 20);
-  LinkTable links;
-  PolicyLoop loop;
-  loop.Tick(job, links, 0);
-  auto link = [&](const char* from, const char* to, double Bps, uint64_t flow) {
-    v1::LinkReport l = Link(from, to, Bps);
-    l.set_flow_bytes(flow);
-    REQUIRE(links.Record(to, l, 500).ok());
-  };
-  // h1's psd holds few chunks: w0's 32 KB pushes to it pass inside h1's
-  // shaper's burst and read 5 MB/s; w1 pulls 600 KB from p0 at the
-  // 1.25 MB/s h1's link has, and pushes as much to p0 at 1.2 MB/s.
-  link("w0", "p1", 5e6, 32 << 10);
-  link("p1", "w0", 3e6, 32 << 10);
-  link("p0", "w1", 1.25e6, 600 << 10);
-  link("w1", "p0", 1.2e6, 600 << 10);
-  loop.Tick(job, links, 1000);  // the same even map: kept, on these rates
-  // Each host by its transfer over the most bytes (equal bytes: the
-  // faster): h1 by w1's pull, not the burst into p1; h0 by p0's sending.
-  INFO(loop.last_decision());
-  REQUIRE(loop.current().server_throughput_bytes_per_second_size() == 2);
-  CHECK(loop.current().server_throughput_bytes_per_second(0) == 1.25e6);
-  CHECK(loop.current().server_throughput_bytes_per_second(1) == 1.25e6);
-}
-
 TEST_CASE("the predicted transfer is ADLB's slowest node", "[policy]") {
   // Eq. 9 with 4 nodes: t_i = (1 + 2 m_i) / S_i.
   CHECK(PredictedTransfer({1, 1, 1, 1}, {4, 4, 4, 1}) == Approx(1.5));
