@@ -260,7 +260,7 @@ TEST_CASE("A psd that stays down: a spare psd adopts its part from the shared ch
       WriteJob(c, "job.yaml",
                absl::StrCat("name: adopt-test\nmodel: mlp\niterations: ", kIterations,
                             "\neval_every: 0\ncheckpoint_every_rounds: ", kEvery,
-                            "\nrecover_timeout_s: 3\n"));
+                            "\nrecover_timeout_s: 5\n"));
   const double uninterrupted = RunToEnd(c, job, {"--servers", "2"}).test_accuracy();
   ProcessResult sub = c.Psctl({"job", "submit", job, "--servers", "2", "-o", "json"});
   INFO(sub.stdout_text << sub.stderr_text);

@@ -491,6 +491,32 @@ TEST_CASE("Recovery fails after recover_timeout_s, or without checkpoints") {
     CHECK(s.state() == v1::JOB_STATE_FAILED);
     CHECK(s.message().find("psd-1 did not come back within 30 s") != std::string::npos);
   }
+  SECTION("each step of the resume has recover_timeout_s from the last") {
+    Fixture f;
+    StartCheckpointedJob(f);
+    f.Event(MembershipEventKind::kJoined, "psd-1", 2, "127.0.0.1:6001");
+    v1::JobAssignment a = f.Beat("psd-1", nullptr, 2);
+    f.clock.Advance(absl::Seconds(29));
+    v1::NodeJobReport p0 = RecoveryReport(a, {40}), p1 = RecoveryReport(a, {40});
+    v1::NodeJobReport w0 = RecoveryReport(a), w1 = RecoveryReport(a);
+    f.Beat("psd-0", &p0);
+    f.Beat("psd-1", &p1, 2);
+    f.Beat("worker-0", &w0);
+    CHECK(f.Beat("worker-1", &w1).resume_round() == 40);
+    // Members back in time are not failed for the load that follows.
+    f.clock.Advance(absl::Seconds(2));
+    f.table.Tick({});
+    CHECK(f.State() == v1::JOB_STATE_RECOVERING);
+    // psd-1 never reports its load of round 40.
+    v1::NodeJobReport l0 = LoadedReport(a, 40, {1, 1, 0, 0}, {64, 64});
+    f.Beat("psd-0", &l0);
+    f.clock.Advance(absl::Seconds(29));
+    f.table.Tick({});
+    v1::JobStatus s = *f.table.Get("");
+    CHECK(s.state() == v1::JOB_STATE_FAILED);
+    CHECK(s.message().find("psds did not load their checkpoints of the resume round within 30 s") !=
+          std::string::npos);
+  }
   SECTION("no spare psd, or no checkpoint_dir reported") {
     Fixture f;
     StartCheckpointedJob(f);

@@ -244,7 +244,7 @@ TEST_CASE("the policy loop rebalances batches when compute times diverge, not fo
   CHECK(!loop.Tick(job, links, 2500).has_value());
   // A worker that computed nothing keeps the split.
   job.work["w2"].compute_s += 0;
-  for (const std::string& w : {"w0", "w1", "w3"}) job.work[w].samples += 100;
+  for (const char* w : {"w0", "w1", "w3"}) job.work[w].samples += 100;
   CHECK(!loop.Tick(job, links, 3000).has_value());
   CHECK(loop.last_decision().find("computed nothing") != std::string::npos);
   // w1 dies: its share goes to the others at once, one sample left to it.

@@ -252,7 +252,7 @@ absl::Status BspWorker::Run(int64_t report_every,
     absl::MutexLock lock(&mu_);
     t = start_;
   }
-  int64_t loss_n = 0, last_report_it = t;
+  int64_t loss_n = 0;
   auto last_report = Clock::now();
   p.iteration = t;
   bool first_pull = true;
@@ -456,7 +456,6 @@ absl::Status BspWorker::Run(int64_t report_every,
       if (progress) progress(p);
       loss_sum = 0;
       loss_n = 0;
-      last_report_it = t;
       last_report = Clock::now();
     }
   }
