@@ -15,7 +15,7 @@
 # that). For each --policies entry, one job of --model for --iterations
 # iterations: its iteration time (the slowest worker's compute + push +
 # pull wait per iteration), the speed-up over average, and the plan schedd
-# ended with.
+# ended with. Each node's metrics after each job: DIR/metrics-POLICY-NODE.txt.
 #
 # Part 3, permutation (--part permute; not in all): the hosts of part 2
 # train one adlb job while the rates move one host along every --period_s
@@ -29,6 +29,7 @@
 #          [--probe_rates "100 50 25 10"] [--delay_ms 10] [--iterations 60]
 #          [--model mlp] [--policies "average elastic adlb-alg1 adlb"]
 #          [--update_time_s 2] [--period_s 60] [--changes 4] [--out DIR]
+#          [--trace] (part 2: round traces of every node in DIR/trace)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,6 +43,7 @@ policies="average elastic adlb-alg1 adlb"
 update_time_s=2
 period_s=60
 changes=4
+trace=0
 chunk_size=4096  # mlp: 58 chunks, fine enough for shares of 4 psds
 out=out/adaptive
 while [ $# -gt 0 ]; do
@@ -57,7 +59,8 @@ while [ $# -gt 0 ]; do
     --period_s) period_s=$2; shift 2 ;;
     --changes) changes=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    --trace) trace=1; shift ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "adaptive: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -205,6 +208,11 @@ if [ "$part" = load ] || [ "$part" = all ]; then
   read -r -a r <<<"$rates"
   hosts=${#r[@]}
   echo "adaptive: part 2, load distribution: $hosts hosts at ${rates} Mbit/s, RTT $((2 * delay_ms)) ms, $model, $iterations iterations"
+  if [ "$trace" = 1 ]; then
+    rm -rf "$out/trace"
+    mkdir -p "$out/trace"
+    trace_flags=(--trace_dir="$out/trace")
+  fi
   bash $tb up $((hosts - 1)) >/dev/null
   for i in $(seq 0 $((hosts - 1))); do bash $tb rate "$i" "${r[$i]}mbit" >/dev/null; done
   bash $tb delay_all "$delay_ms" >/dev/null
@@ -238,6 +246,14 @@ try:
 except Exception:
     print("1 even -")')
     read -r version chunks measured <<<"$plan"
+    # Each node's metrics after the job (data plane losses, retransmissions).
+    for i in $(seq 0 $((hosts - 1))); do
+      for node in "psd-$i" "worker-$i"; do
+        maddr=$(sed -nE 's/.*"metrics_address":"([^"]+)".*/\1/p' "$out/$node.ready")
+        ip netns exec "${HPS_TESTBED}-n$i" curl -s "http://$maddr/metrics" \
+          >"$out/metrics-$p-$node.txt" 2>/dev/null || true
+      done
+    done
     printf '%-10s %-14s %-10s %-8s %-16s %s   (%s)\n' "$p" "$it_s" \
       "$(awk -v b="$base" -v t="$it_s" 'BEGIN { printf "%.2fx", b / t }')" "$version" "$chunks" \
       "$measured" "$state"
