@@ -368,6 +368,9 @@ int RunWorker(const Flags& f) {
   }
   transport::SendOptions options;
   options.loss_tolerant = f.transport == "ltp";
+  // ShardServer starts at plan version 1 and refuses pushes of older
+  // plans as stale (docs/plan.md); without a schedd no other plan comes.
+  options.plan = 1;
   double pulled = 0;
   // The server's first broadcast (iteration 0) starts the job.
   if (!pulls.Wait(0, absl::Seconds(600), &pulled)) {
