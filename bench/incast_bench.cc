@@ -32,6 +32,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "lib/base/net_address.h"
+#include "lib/ps/plan.h"
 #include "lib/ps/shard_server.h"
 #include "lib/transport/tcp_endpoint.h"
 
@@ -368,9 +369,9 @@ int RunWorker(const Flags& f) {
   }
   transport::SendOptions options;
   options.loss_tolerant = f.transport == "ltp";
-  // ShardServer starts at plan version 1 and refuses pushes of older
-  // plans as stale (docs/plan.md); without a schedd no other plan comes.
-  options.plan = 1;
+  // ShardServer refuses pushes of older plans as stale (docs/plan.md);
+  // without a schedd no plan after the first comes.
+  options.plan = ps::kFirstPlanVersion;
   double pulled = 0;
   // The server's first broadcast (iteration 0) starts the job.
   if (!pulls.Wait(0, absl::Seconds(600), &pulled)) {

@@ -284,10 +284,9 @@ void JobTable::Tick(const std::vector<NodeRecord>& alive) {
     SaveIfChanged(seq, roster);
     return;
   }
-  const char* step = !j.assignment.resume_decided() && j.assignment.resume_round() > 0
+  const char* step = j.assignment.resume_decided() ? "the members were not ready to resume"
+                     : j.assignment.resume_round() > 0
                          ? "the psds did not load their checkpoints of the resume round"
-                     : j.assignment.resume_decided()
-                         ? "the members were not ready to resume"
                          : "the members did not offer their checkpoints";
   Finish(j, v1::JOB_STATE_FAILED,
          missing.empty() ? absl::StrCat(step, " within ", limit)
@@ -551,10 +550,13 @@ void JobTable::DecideResume(Job& j) {
   }
   // recover_timeout_s bounds each step of the resume, not all of them:
   // members that came back in time are not failed for the steps after.
-  auto decided = [&] {
-    a.set_resume_decided(true);
+  auto next_step = [&] {
     a.set_roster_version(a.roster_version() + 1);
     j.recover_deadline = clock_->Now() + j.recover_timeout;
+  };
+  auto decided = [&] {
+    a.set_resume_decided(true);
+    next_step();
   };
   if (a.resume_round() == 0) {
     const uint64_t round = ResumeRound(j);
@@ -562,8 +564,7 @@ void JobTable::DecideResume(Job& j) {
     if (round == 0) {
       decided();  // the initial parameters, the even split
     } else {
-      a.set_roster_version(a.roster_version() + 1);  // servers load it, then report its plan
-      j.recover_deadline = clock_->Now() + j.recover_timeout;
+      next_step();  // servers load it, then report its plan
     }
     log_.Info("resume round chosen",
               {{"job_id", a.job_id()}, {"round", static_cast<unsigned long long>(round)}});

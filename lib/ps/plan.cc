@@ -47,14 +47,16 @@ absl::StatusOr<PlanBook> PlanBook::Create(const ChunkLayout& layout, const PlanS
     return absl::InvalidArgumentError("plan: a job needs workers and a batch");
   }
   absl::StatusOr<ChunkMap> map =
-      start == nullptr ? ChunkMap::EvenSplit(layout, shape.num_servers, 1)
-                       : ChunkMap::FromOwners(layout, shape.num_servers, start->chunk_server, 1);
+      start == nullptr
+          ? ChunkMap::EvenSplit(layout, shape.num_servers, kFirstPlanVersion)
+          : ChunkMap::FromOwners(layout, shape.num_servers, start->chunk_server, kFirstPlanVersion);
   if (!map.ok()) return map.status();
   std::vector<uint32_t> batch = start == nullptr ? shape.EvenBatches() : start->batch;
   if (absl::Status s = shape.CheckBatches(batch); !s.ok()) return s;
   PlanBook book(layout, shape, payload_floats);
   std::vector<uint64_t> packets = PacketsPerServer(layout, *map, payload_floats);
-  book.plans_.emplace(1, Plan{0, std::move(*map), std::move(batch), std::move(packets)});
+  book.plans_.emplace(kFirstPlanVersion,
+                      Plan{0, std::move(*map), std::move(batch), std::move(packets)});
   return book;
 }
 

@@ -18,6 +18,10 @@
 namespace hetps {
 namespace ps {
 
+// The version every node starts a job (or a recovery epoch) under, and
+// that every data packet of it carries until a newer plan switches.
+inline constexpr uint32_t kFirstPlanVersion = 1;
+
 // The chunk id an announcement's packets carry: never a parameter chunk
 // (ChunkLayout::kChunksMax is far below it).
 constexpr uint32_t kPlanChunk = 0xFFFFFFFFu;

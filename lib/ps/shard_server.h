@@ -131,7 +131,7 @@ struct ShardServerStats {
   // over, flows refused for carrying another plan (pushes of an older or
   // newer one), flows held until this server could use them, proposals
   // dropped for a newer one, rounds opened again under a late plan.
-  uint32_t plan_version = 1;
+  uint32_t plan_version = kFirstPlanVersion;
   uint64_t plan_switches = 0;
   uint64_t chunks_sent = 0;
   uint64_t chunks_received = 0;
@@ -249,7 +249,7 @@ class ShardServer : public transport::Receiver {
   absl::flat_hash_map<uint32_t, size_t> local_;  // chunk id -> local offset
   size_t floats_ = 0;
   uint64_t push_packets_ ABSL_GUARDED_BY(mu_) = 0;  // total_packets of every push
-  uint32_t plan_version_ ABSL_GUARDED_BY(mu_) = 1;
+  uint32_t plan_version_ ABSL_GUARDED_BY(mu_) = kFirstPlanVersion;
   std::unique_ptr<transport::Transport> own_endpoint_;
   transport::Transport* endpoint_ = nullptr;  // own_endpoint_ or the shared one
   std::unique_ptr<train::OptimizerState> optimizer_;
