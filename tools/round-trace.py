@@ -73,7 +73,10 @@ def critical_path(iters, rounds, skip):
             wi = max(range(len(ws)), key=lambda i: r["pushes"][i][2])
             w = iters[ws[wi]][t]
             pi = max(range(len(ss)), key=lambda i: w["pull"][i][2])
-            b = rounds[ss[pi]][t]["bcasts"][wi]
+            bl = rounds[ss[pi]][t]["bcasts"]
+            # One flow per worker, or per worker and segment (segment_chunks):
+            # then the psd's last one.
+            b = bl[wi] if len(bl) == len(ws) else max(bl, key=lambda f: f["last_sent"])
             push = w["pushes"][ss.index(s)]
             marks = [rounds[ss[pi]][t]["start"], b["last_sent"], w["pull"][pi][2], w["woke"],
                      w["push"], push["last_sent"], r["pushes"][wi][2], r["closed"], r["applied"],

@@ -155,6 +155,12 @@ class Psd::Jobs final : public JobRunner {
                             .Help("Rounds opened again: their plan was announced here late.")
                             .Register(r)
                             .Add({});
+    segments_streamed_ =
+        &prometheus::BuildCounter()
+             .Name("psd_segments_streamed_total")
+             .Help("Segments stepped and sent as the next round's before their round closed.")
+             .Register(r)
+             .Add({});
   }
   ~Jobs() override { Shutdown(); }
 
@@ -254,6 +260,7 @@ class Psd::Jobs final : public JobRunner {
     c.batch_max = static_cast<uint32_t>(spec.BatchMax(c.num_workers));
     c.num_params = init.size();
     c.chunk_floats = static_cast<uint32_t>(spec.chunk_size);
+    c.segment_chunks = static_cast<uint32_t>(spec.segment_chunks);
     c.optimizer = spec.optimizer_config();
     c.total_iterations = static_cast<uint32_t>(latest.total_iterations());
     c.round_deadline = absl::Milliseconds(spec.round_deadline_ms);
@@ -364,6 +371,7 @@ class Psd::Jobs final : public JobRunner {
     AdvanceCounter(plan_ahead_, s.plan_ahead, &last_.plan_ahead);
     AdvanceCounter(plan_held_, s.held_flows, &last_.held_flows);
     AdvanceCounter(rounds_reopened_, s.rounds_reopened, &last_.rounds_reopened);
+    AdvanceCounter(segments_streamed_, s.segments_streamed, &last_.segments_streamed);
     plan_version_->Set(s.plan_version);
     AdvanceCounter(partial_pushes_, s.partial_pushes, &last_.partial_pushes);
     AdvanceCounter(bubble_bytes_, s.bubble_bytes, &last_.bubble_bytes);
@@ -719,7 +727,7 @@ class Psd::Jobs final : public JobRunner {
   prometheus::Counter *rounds_complete_, *rounds_deadline_, *rounds_membership_, *stale_,
       *partial_pushes_, *bubble_bytes_;
   prometheus::Counter *plan_switches_, *chunks_sent_, *chunks_received_, *plan_stale_, *plan_ahead_,
-      *plan_held_, *rounds_reopened_;
+      *plan_held_, *rounds_reopened_, *segments_streamed_;
   prometheus::Gauge* plan_version_;
   prometheus::Family<prometheus::Gauge>* delivered_;
   prometheus::Gauge *iteration_, *contributors_, *round_seconds_, *aggregate_seconds_;

@@ -35,6 +35,7 @@ absl::StatusOr<std::unique_ptr<BspWorker>> BspWorker::Create(const BspWorkerConf
   w->shape_.num_workers = config.workers;
   w->shape_.batch_size = static_cast<uint32_t>(config.job.batch_size);
   w->shape_.batch_max = static_cast<uint32_t>(config.job.BatchMax(config.workers));
+  w->shape_.segment_chunks = static_cast<uint32_t>(config.job.segment_chunks);
   ASSIGN_OR_RETURN(w->model_,
                    train::Model::Create(spec, backend, static_cast<int>(w->shape_.batch_max)));
   w->sampler_ =
@@ -98,6 +99,8 @@ void BspWorker::SetServers(const std::vector<Peer>& servers) {
   complete_.assign(servers.size(), start_ - 1);
   receiving_.assign(servers.size(), start_ - 1);
   complete_plan_.assign(servers.size(), 1);
+  pulls_.assign(servers.size(), Pull());
+  flow_chunk_.clear();
   pulled_.assign(servers.size(), transport::FlowResult());
   if (!servers.empty() && (book_ == nullptr || book_->num_servers() != servers.size())) {
     ps::PlanShape shape = shape_;
@@ -168,14 +171,29 @@ transport::DropReason BspWorker::AcceptFlow(const Peer& from, const Header& firs
     ++plan_stats_.stale_plan;
     return transport::DropReason::kUnexpected;
   }
-  // A server sends exactly its chunks under the plan, cut at the job's
-  // packet size; under a plan not announced here yet, at most every chunk.
-  if (plan != nullptr ? first.total_packets != plan->packets[s]
-                      : first.total_packets > pull_packets_max_) {
+  // A server sends each segment of its chunks under the plan as one flow,
+  // cut at the job's packet size; under a plan not announced here yet, at
+  // most every chunk.
+  if (plan != nullptr) {
+    if (first.chunk_id == ps::kEmptyChunk
+            ? first.total_packets != 1 || !plan->map.ChunksOf(uint32_t(s)).empty()
+            : first.chunk_id >= layout_->num_chunks() ||
+                  plan->map.owner(first.chunk_id) != uint32_t(s) ||
+                  first.total_packets !=
+                      plan->segment_packets[s][plan->chunk_segment[first.chunk_id]]) {
+      return transport::DropReason::kBadFlowSize;
+    }
+  } else if (first.total_packets > pull_packets_max_) {
+    return transport::DropReason::kBadFlowSize;
+  }
+  // Bounded: flows leave it when they end; more open at once than a round
+  // of every server's every chunk is no server's doing.
+  if (flow_chunk_.size() >= 2 * size_t(layout_->num_chunks()) + 2 * servers_.size()) {
     return transport::DropReason::kBadFlowSize;
   }
   if (plan == nullptr) ++plan_stats_.held_flows;
   receiving_[s] = std::max(receiving_[s], it);
+  flow_chunk_[{s, first.flow_id}] = first.chunk_id;
   return transport::DropReason::kNone;
 }
 
@@ -217,16 +235,52 @@ void BspWorker::OnFlowDone(const Peer& from, const transport::FlowResult& result
       ++bad_packets_;  // a malformed announcement: refused whole
       return;
     }
+    // Segments held for this plan may make a round whole now.
+    for (size_t k = 0; k < pulls_.size(); ++k) TryComplete(int(k));
     arrived_.SignalAll();
     return;
   }
+  auto f = flow_chunk_.find({s, result.flow_id});
+  if (f == flow_chunk_.end()) return;
+  const uint32_t chunk = f->second;
+  flow_chunk_.erase(f);
   if (!result.complete()) return;
-  if (int64_t(iteration) > complete_[s] ||
-      (int64_t(iteration) == complete_[s] && result.plan > complete_plan_[s])) {
-    complete_[s] = iteration;
-    complete_plan_[s] = result.plan;
+  Pull& p = pulls_[s];
+  if (int64_t(iteration) > p.iteration ||
+      (int64_t(iteration) == p.iteration && result.plan > p.plan)) {
+    p = Pull{int64_t(iteration), result.plan, {}, {}};
+  } else if (int64_t(iteration) != p.iteration || result.plan != p.plan) {
+    return;  // a segment of a round or plan already superseded
   }
-  pulled_[s] = result;
+  p.chunks.push_back(chunk);
+  p.result = result;
+  TryComplete(s);
+}
+
+void BspWorker::TryComplete(int s) {
+  Pull& p = pulls_[s];
+  const ps::Plan* plan = book_->Get(p.plan);
+  if (p.chunks.empty() || plan == nullptr) return;  // its announcement is still coming
+  if (p.iteration < complete_[s] || (p.iteration == complete_[s] && p.plan <= complete_plan_[s])) {
+    return;
+  }
+  const std::vector<uint64_t>& segs = plan->segment_packets[s];
+  std::vector<bool> in(segs.size(), false);
+  size_t n = 0;
+  for (uint32_t c : p.chunks) {
+    // A server with no chunks sends one kEmptyChunk packet: its segment 0.
+    const uint32_t k = c == ps::kEmptyChunk ? 0 : plan->chunk_segment[c];
+    if (c == ps::kEmptyChunk ? !plan->map.ChunksOf(uint32_t(s)).empty()
+                             : plan->map.owner(c) != uint32_t(s)) {
+      continue;  // held under a plan that did not say yet
+    }
+    if (!in[k]) ++n;
+    in[k] = true;
+  }
+  if (n < segs.size()) return;
+  complete_[s] = p.iteration;
+  complete_plan_[s] = p.plan;
+  pulled_[s] = p.result;
   arrived_.SignalAll();
 }
 

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "lib/base/trace_log.h"
@@ -170,6 +171,21 @@ class BspWorker : public transport::Receiver {
   std::unique_ptr<ps::PlanReceiver> announcements_in_ ABSL_GUARDED_BY(mu_);
   uint64_t pull_packets_max_ = 0;  // a flow of every chunk
   WorkerPlanStats plan_stats_ ABSL_GUARDED_BY(mu_);
+  // Per server: the newest round whose segments are coming, under which
+  // plan, a chunk of each segment flow that came whole, and the last
+  // one's result. It is complete (complete_) once the plan is known and
+  // every segment of the server came under it.
+  struct Pull {
+    int64_t iteration = -1;
+    uint32_t plan = 0;
+    std::vector<uint32_t> chunks;
+    transport::FlowResult result;
+  };
+  std::vector<Pull> pulls_ ABSL_GUARDED_BY(mu_);
+  // Parameter flows open: (server, flow id) -> the chunk of its first
+  // packet, which names its segment.
+  absl::flat_hash_map<std::pair<int, uint32_t>, uint32_t> flow_chunk_ ABSL_GUARDED_BY(mu_);
+  void TryComplete(int s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Per server: its latest parameter flow's FlowResult (traces).
   std::vector<transport::FlowResult> pulled_ ABSL_GUARDED_BY(mu_);
   uint64_t bad_packets_ ABSL_GUARDED_BY(mu_) = 0;

@@ -9,13 +9,31 @@ namespace hetps {
 namespace ps {
 namespace {
 
-std::vector<uint64_t> PacketsPerServer(const ChunkLayout& layout, const ChunkMap& map,
-                                       uint32_t payload_floats) {
-  std::vector<uint64_t> out(map.num_servers());
+// Fills the plan's packet counts: per server, per segment, per chunk.
+void CutPlan(const ChunkLayout& layout, uint32_t payload_floats, uint32_t segment_chunks,
+             Plan* plan) {
+  const ChunkMap& map = plan->map;
+  plan->packets.assign(map.num_servers(), 1);
+  plan->segment_packets.assign(map.num_servers(), {});
+  plan->chunk_segment.assign(map.num_chunks(), 0);
   for (uint32_t s = 0; s < map.num_servers(); ++s) {
-    out[s] = std::max<uint64_t>(1, PacketsForChunks(layout, map.ChunksOf(s), payload_floats));
+    const std::vector<uint32_t> chunks = map.ChunksOf(s);
+    std::vector<uint64_t>& segs = plan->segment_packets[s];
+    if (chunks.empty()) {
+      segs.push_back(1);
+      continue;
+    }
+    const size_t per = segment_chunks == 0 ? chunks.size() : segment_chunks;
+    plan->packets[s] = 0;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      if (i % per == 0) segs.push_back(0);
+      const uint64_t n =
+          (uint64_t(layout.chunk(chunks[i]).floats) + payload_floats - 1) / payload_floats;
+      segs.back() += n;
+      plan->packets[s] += n;
+      plan->chunk_segment[chunks[i]] = static_cast<uint32_t>(segs.size() - 1);
+    }
   }
-  return out;
 }
 
 }  // namespace
@@ -54,9 +72,9 @@ absl::StatusOr<PlanBook> PlanBook::Create(const ChunkLayout& layout, const PlanS
   std::vector<uint32_t> batch = start == nullptr ? shape.EvenBatches() : start->batch;
   if (absl::Status s = shape.CheckBatches(batch); !s.ok()) return s;
   PlanBook book(layout, shape, payload_floats);
-  std::vector<uint64_t> packets = PacketsPerServer(layout, *map, payload_floats);
-  book.plans_.emplace(kFirstPlanVersion,
-                      Plan{0, std::move(*map), std::move(batch), std::move(packets)});
+  Plan first{0, std::move(*map), std::move(batch), {}, {}, {}};
+  CutPlan(layout, payload_floats, shape.segment_chunks, &first);
+  book.plans_.emplace(kFirstPlanVersion, std::move(first));
   return book;
 }
 
@@ -76,9 +94,10 @@ absl::Status PlanBook::Add(uint32_t from, ChunkMap map, std::vector<uint32_t> ba
         " servers, the job has ", layout_.num_chunks(), " on ", shape_.num_servers));
   }
   if (absl::Status s = shape_.CheckBatches(batch); !s.ok()) return s;
-  std::vector<uint64_t> packets = PacketsPerServer(layout_, map, payload_floats_);
   const uint32_t v = static_cast<uint32_t>(map.version());
-  plans_.emplace(v, Plan{from, std::move(map), std::move(batch), std::move(packets)});
+  Plan plan{from, std::move(map), std::move(batch), {}, {}, {}};
+  CutPlan(layout_, payload_floats_, shape_.segment_chunks, &plan);
+  plans_.emplace(v, std::move(plan));
   while (plans_.size() > kKept) plans_.erase(plans_.begin());
   return absl::OkStatus();
 }
@@ -131,7 +150,7 @@ absl::StatusOr<Plan> DecodePlan(const std::vector<uint32_t>& words, const ChunkL
   if (!map.ok()) return map.status();
   std::vector<uint32_t> batch(batches, words.end());
   if (absl::Status s = shape.CheckBatches(batch); !s.ok()) return s;
-  return Plan{words[1], std::move(*map), std::move(batch), {}};
+  return Plan{words[1], std::move(*map), std::move(batch), {}, {}, {}};
 }
 
 bool PlanReceiver::Open(uint32_t flow_id, uint32_t total_packets, uint32_t version,

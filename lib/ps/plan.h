@@ -37,6 +37,12 @@ struct PlanShape {
   uint32_t num_workers = 1;
   uint32_t batch_size = 1;  // the job's, per worker: the global batch is their product
   uint32_t batch_max = 1;   // the most one worker's model is sized for
+  // Chunks per broadcast segment (0: a server's chunks are one segment).
+  // A server sends each segment of a round's parameters as its own flow,
+  // as soon as every worker's push of those chunks arrived (pipelining:
+  // docs/plan.md, "Segments"); workers take a round once every segment
+  // of every server came under one plan.
+  uint32_t segment_chunks = 0;
   // The even batch split (every worker batch_size).
   std::vector<uint32_t> EvenBatches() const {
     return std::vector<uint32_t>(num_workers, batch_size);
@@ -55,6 +61,12 @@ struct Plan {
   // Packets of each server's flow of its chunks (pulls and pushes); 1 for
   // a server with none (kEmptyChunk).
   std::vector<uint64_t> packets;
+  // Each server's segments (PlanShape::segment_chunks): consecutive runs
+  // of its chunks in ascending order, and the packets of each; a server
+  // with no chunks has one segment of 1 packet. And each chunk's segment
+  // index among its owner's.
+  std::vector<std::vector<uint64_t>> segment_packets;
+  std::vector<uint32_t> chunk_segment;
 };
 
 class PlanBook {

@@ -53,6 +53,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
   shape.batch_size = config.batch_size;
   shape.batch_max =
       config.batch_max > 0 ? config.batch_max : config.num_workers * config.batch_size;
+  shape.segment_chunks = config.segment_chunks;
   // A recovery resumes under the plan its checkpoint was trained under.
   std::optional<PlanBook::Start> start;
   const storage::Checkpoint* resume = config.resume;
@@ -92,6 +93,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(
                         initial_params.begin() + ch.offset + ch.floats);
       s->floats_ += ch.floats;
     }
+    s->CutSegments(s->book_->For(0));
     s->incoming_.resize(config.num_servers);
   }
   // A chunk moving between servers carries its parameters and every
@@ -346,6 +348,7 @@ bool ShardServer::Switch(uint32_t t, const Plan& next) {
   owned_ = std::move(owned);
   local_ = std::move(local);
   floats_ = floats;
+  CutSegments(next);
   params_ = std::move(params);
   optimizer_ = std::move(optimizer);
   aggregate_.resize(std::min(floats_, kApplyTileFloats));
@@ -420,16 +423,47 @@ ShardServerStats ShardServer::StatsLocked() const {
 
 std::vector<float> ShardServer::OwnedParams() const { return params_; }
 
-std::vector<PacketSpan> ShardServer::OwnedPackets(const float* base) const {
+std::vector<PacketSpan> ShardServer::SegmentPackets(const float* base, size_t k) const {
   static const float kZero = 0;
   if (owned_.empty()) return {PacketSpan{kEmptyChunk, 0, &kZero, 1, true}};
   std::vector<PacketSpan> packets;
   const uint32_t pf = config_.endpoint.payload_floats();
-  for (uint32_t c : owned_) {
-    const Chunk ch = layout_.chunk(c);
-    transport::AppendPackets(c, base + local_.at(c), ch.floats, pf, true, &packets);
+  const Segment& g = segs_[k];
+  for (size_t i = g.first; i < g.first + g.count; ++i) {
+    const uint32_t c = owned_[i];
+    transport::AppendPackets(c, base + local_.at(c), layout_.chunk(c).floats, pf, true, &packets);
   }
   return packets;
+}
+
+void ShardServer::CutSegments(const Plan& plan) {
+  seg_packets_ = plan.segment_packets[config_.server_index];
+  chunk_seg_ = plan.chunk_segment;
+  segs_.assign(seg_packets_.size(), Segment());
+  for (size_t i = 0; i < owned_.size(); ++i) {
+    Segment& g = segs_[chunk_seg_[owned_[i]]];
+    const size_t lo = local_.at(owned_[i]);
+    if (g.count == 0) {
+      g.lo = lo;
+      g.first = i;
+    }
+    g.hi = lo + layout_.chunk(owned_[i]).floats;
+    ++g.count;
+  }
+}
+
+void ShardServer::FillBubbles(Slot& slot) {
+  if (slot.filled) return;
+  slot.filled = true;
+  // Bubble-filling: every element that never arrived becomes 0. Packets
+  // carry whole floats, so no value is ever half-filled.
+  slot.missing = MissingRanges(std::move(slot.have), floats_);
+  slot.have.clear();
+  slot.holes = 0;
+  for (const Range& r : slot.missing) {
+    std::fill(slot.grad.begin() + r.begin, slot.grad.begin() + r.end, 0.0f);
+    slot.holes += r.end - r.begin;
+  }
 }
 
 void ShardServer::ReleaseSnapshot(uint32_t iteration) {
@@ -445,15 +479,36 @@ void ShardServer::Broadcast(uint32_t iteration) {
     broadcast_[b] = params_;
   }
   std::vector<Peer> workers;
-  transport::SendOptions options;
+  uint32_t plan;
   {
     absl::MutexLock lock(&mu_);
     workers = workers_;
+    plan = plan_version_;
+  }
+  // Segments streamed during the round before went to the workers of
+  // that moment under this plan: the others get them now.
+  const bool streamed = sent_.iteration == int64_t(iteration) && sent_.plan == plan;
+  std::vector<Peer> fresh;
+  for (const Peer& w : workers) {
+    if (!streamed || std::find(sent_.to.begin(), sent_.to.end(), w) == sent_.to.end()) {
+      fresh.push_back(w);
+    }
+  }
+  for (size_t k = 0; k < segs_.size(); ++k) {
+    SendSegment(iteration, k, streamed && sent_.segs[k] ? fresh : workers);
+  }
+}
+
+void ShardServer::SendSegment(uint32_t iteration, size_t k, const std::vector<Peer>& to) {
+  const int b = iteration % 2;
+  transport::SendOptions options;
+  {
+    absl::MutexLock lock(&mu_);
     options.plan = plan_version_;
   }
-  for (const Peer& w : workers) {
+  for (const Peer& w : to) {
     in_flight_[b].push_back(
-        endpoint_->Send(w, iteration, OwnedPackets(broadcast_[b].data()), options));
+        endpoint_->Send(w, iteration, SegmentPackets(broadcast_[b].data(), k), options));
   }
 }
 
@@ -509,6 +564,7 @@ transport::DropReason ShardServer::AcceptFlow(const Peer& from, const Header& fi
     ++stats_.stale_pushes;
     return transport::DropReason::kUnexpected;
   }
+  slot->second.samples = first.samples;
   return transport::DropReason::kNone;
 }
 
@@ -547,6 +603,13 @@ void ShardServer::OnData(const Peer& from, const Header& h, const uint8_t* paylo
   }
   const uint64_t at = local->second + h.chunk_offset;
   std::memcpy(slot->second.grad.data() + at, payload, h.payload_bytes);
+  // Every packet arrives once (the transport drops duplicates): a segment
+  // is in when its count reaches the segment's packets.
+  const uint32_t k = chunk_seg_[h.chunk_id];
+  if (k < slot->second.got.size()) {
+    ++slot->second.got[k];
+    if (slot->second.got[k] == seg_packets_[k] && seg_packets_.size() > 1) changed_.SignalAll();
+  }
   // Only a loss-tolerant push can end with holes: only its ranges are kept.
   if (h.flags & transport::kFlagLossTolerant) slot->second.have.push_back({at, at + floats});
 }
@@ -583,32 +646,46 @@ void ShardServer::OnFlowDone(const Peer& from, const transport::FlowResult& resu
   changed_.SignalAll();
 }
 
-uint64_t ShardServer::ApplyStep(uint32_t t, const std::vector<const float*>& inputs,
+uint64_t ShardServer::ApplyStep(uint32_t t, size_t lo, size_t hi,
+                                const std::vector<const float*>& inputs,
                                 const std::vector<std::vector<Range>>& missing,
-                                const std::vector<float>& samples, bool bubbles,
-                                uint64_t* summed_us) {
-  const RealClock* mono = RealClock::Get();
+                                const std::vector<float>& samples, bool bubbles) {
   const size_t n = inputs.size();
   const float* weights = samples.empty() ? nullptr : samples.data();
   double weight_sum = 0;
   for (float w : samples) weight_sum += w;
+  std::vector<const float*> at(n);
   uint64_t partial_elements = 0;
   if (bubbles) {
-    aggregate_.resize(floats_);
+    // The range's own holes, from its start.
+    std::vector<std::vector<Range>> holes(n);
+    for (size_t k = 0; k < n; ++k) {
+      at[k] = inputs[k] + lo;
+      for (const Range& r : missing[k]) {
+        const size_t b = std::max<size_t>(r.begin, lo), e = std::min<size_t>(r.end, hi);
+        if (b < e) holes[k].push_back({b - lo, e - lo});
+      }
+    }
+    aggregate_.resize(std::max(aggregate_.size(), hi - lo));
     partial_elements =
-        MeanUnbiased(inputs.data(), missing.data(), n, floats_, aggregate_.data(), weights);
+        MeanUnbiased(at.data(), holes.data(), n, hi - lo, aggregate_.data(), weights);
   }
-  if (config_.trace != nullptr) *summed_us = mono->MonotonicMicros();
-  // The snapshot for round t + 1 is written as each tile is updated; its
-  // buffer held round t - 1's, which every worker that pushed round t has.
-  ReleaseSnapshot(t + 1);
+  if (!stepping_) {
+    // The snapshot for round t + 1 is written as each tile is updated;
+    // its buffer held round t - 1's, which every worker that pushed round
+    // t has.
+    ReleaseSnapshot(t + 1);
+    broadcast_[(t + 1) % 2].resize(floats_);
+    optimizer_->BeginStep();
+    stepping_ = true;
+  }
   std::vector<float>& next = broadcast_[(t + 1) % 2];
-  next.resize(floats_);
-  optimizer_->BeginStep();
-  std::vector<const float*> at(n);
-  for (size_t off = 0; off < floats_; off += kApplyTileFloats) {
-    const size_t len = std::min(kApplyTileFloats, floats_ - off);
-    const float* mean = aggregate_.data() + off;
+  if (aggregate_.size() < std::min(kApplyTileFloats, hi - lo)) {
+    aggregate_.resize(std::min(kApplyTileFloats, hi - lo));
+  }
+  for (size_t off = lo; off < hi; off += kApplyTileFloats) {
+    const size_t len = std::min(kApplyTileFloats, hi - off);
+    const float* mean = aggregate_.data() + (off - lo);
     if (!bubbles) {
       for (size_t k = 0; k < n; ++k) at[k] = inputs[k] + off;
       if (weights == nullptr) {
@@ -622,7 +699,6 @@ uint64_t ShardServer::ApplyStep(uint32_t t, const std::vector<const float*>& inp
                        absl::MakeConstSpan(mean, len));
     std::copy_n(params_.data() + off, len, next.data() + off);
   }
-  snapshot_for_ = int64_t(t) + 1;
   return partial_elements;
 }
 
@@ -697,6 +773,68 @@ double ShardServer::MaybeCheckpoint(uint32_t t) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
 }
 
+size_t ShardServer::StreamReady(uint32_t t, uint64_t* partial_elements) {
+  if (seg_packets_.size() < 2 || t + 1 > config_.total_iterations || slots_.empty() ||
+      PlanDue(t + 1)) {
+    return 0;
+  }
+  std::vector<size_t> ready;
+  for (size_t k = 0; k < seg_packets_.size(); ++k) {
+    if (applied_[k]) continue;
+    bool in = true;
+    for (const auto& [peer, slot] : slots_)
+      in = in && (slot.done || slot.got[k] == seg_packets_[k]);
+    if (in) ready.push_back(k);
+  }
+  if (ready.empty()) return 0;
+  // Every live worker's input, in rank order as at the round's close; a
+  // push that ended with holes counts with them.
+  std::vector<const float*> inputs;
+  std::vector<std::vector<Range>> missing;
+  std::vector<float> samples;
+  bool said = true, bubbles = false;
+  std::vector<Peer> to;
+  for (const Peer& w : workers_) {
+    auto it = slots_.find(w);
+    if (it == slots_.end()) continue;
+    Slot& slot = it->second;
+    to.push_back(w);
+    inputs.push_back(slot.grad.data());
+    samples.push_back(float(slot.samples));
+    said = said && slot.samples > 0;
+    missing.emplace_back();
+    if (slot.done && slot.partial) {
+      FillBubbles(slot);
+      missing.back() = slot.missing;
+      bubbles = true;
+    }
+  }
+  if (!said || !Unequal(samples.data(), samples.size())) samples.clear();
+  const uint32_t plan = plan_version_;
+  mu_.Unlock();
+  for (size_t k : ready) {
+    *partial_elements += ApplyStep(t, segs_[k].lo, segs_[k].hi, inputs, missing, samples, bubbles);
+  }
+  if (sent_.iteration != int64_t(t) + 1 || sent_.plan != plan) {
+    sent_ = Sent{int64_t(t) + 1, plan, std::vector<bool>(segs_.size(), false), to};
+  }
+  // Who had every streamed segment: Broadcast sends them to the others.
+  std::vector<Peer> all;
+  for (const Peer& p : sent_.to) {
+    if (std::find(to.begin(), to.end(), p) != to.end()) all.push_back(p);
+  }
+  sent_.to = std::move(all);
+  for (size_t k : ready) {
+    SendSegment(t + 1, k, to);
+    sent_.segs[k] = true;
+  }
+  mu_.Lock();
+  for (size_t k : ready) applied_[k] = true;
+  stats_.segments_streamed += ready.size();
+  changed_.SignalAll();  // AwaitStats
+  return ready.size();
+}
+
 void ShardServer::Run() {
   using Clock = std::chrono::steady_clock;
   const RealClock* mono = RealClock::Get();  // the endpoint's clock: traces line up
@@ -705,6 +843,8 @@ void ShardServer::Run() {
     const auto round_start = Clock::now();
     const uint64_t start_us = mono->MonotonicMicros();
     uint64_t epoch = 0;
+    stepping_ = false;
+    uint64_t stream_partial = 0;
     // Opens round t under the plan that holds for it: switches first when
     // that plan is new here, then broadcasts. False when stopped.
     auto open = [&]() -> bool {
@@ -727,9 +867,11 @@ void ShardServer::Run() {
           s.done = false;
           s.partial = false;
           s.have.clear();
+          s.got.assign(seg_packets_.size(), 0);
           next.emplace(w, std::move(s));
         }
         slots_ = std::move(next);
+        applied_.assign(seg_packets_.size(), false);
         round_ = t;
         round_open_ = true;
         epoch = membership_epoch_;
@@ -784,6 +926,7 @@ void ShardServer::Run() {
         bool all = true;
         for (auto& [peer, slot] : slots_) all = all && slot.done;
         if (all) break;
+        if (StreamReady(t, &stream_partial) > 0) continue;
         if (changed_.WaitWithDeadline(&mu_, deadline)) {
           by_deadline = true;
           break;
@@ -805,17 +948,11 @@ void ShardServer::Run() {
         missing.emplace_back();
         double fraction = 1;
         if (slot.partial) {
-          // Bubble-filling: every element that never arrived becomes 0. Packets
-          // carry whole floats, so no value is ever half-filled.
-          missing.back() = MissingRanges(std::move(slot.have), floats_);
-          uint64_t holes = 0;
-          for (const Range& r : missing.back()) {
-            std::fill(slot.grad.begin() + r.begin, slot.grad.begin() + r.end, 0.0f);
-            holes += r.end - r.begin;
-          }
-          bubble_bytes += holes * sizeof(float);
+          FillBubbles(slot);
+          missing.back() = slot.missing;
+          bubble_bytes += slot.holes * sizeof(float);
           ++partial_pushes;
-          fraction = floats_ > 0 ? 1.0 - double(holes) / double(floats_) : 1.0;
+          fraction = floats_ > 0 ? 1.0 - double(slot.holes) / double(floats_) : 1.0;
         }
         slot.have.clear();
         delivered.push_back({w, fraction});
@@ -825,11 +962,27 @@ void ShardServer::Run() {
     if (stop_) break;
     const uint64_t closed_us = mono->MonotonicMicros();
     const auto agg_start = Clock::now();
-    uint64_t partial_elements = 0, summed_us = 0;
-    if (!inputs.empty()) {
-      if (!samples_said || !Unequal(samples.data(), samples.size())) samples.clear();
-      partial_elements = ApplyStep(t, inputs, missing, samples, partial_pushes > 0, &summed_us);
+    uint64_t partial_elements = stream_partial;
+    const uint64_t summed_us = mono->MonotonicMicros();
+    if (!samples_said || !Unequal(samples.data(), samples.size())) samples.clear();
+    // The segments not streamed: one range when none was.
+    for (size_t k = 0; k < segs_.size();) {
+      size_t e = k;
+      while (e < segs_.size() && !applied_[e]) ++e;
+      if (e == k) {
+        ++k;
+        continue;
+      }
+      const size_t lo = segs_[k].lo, hi = segs_[e - 1].hi;
+      if (!inputs.empty()) {
+        partial_elements += ApplyStep(t, lo, hi, inputs, missing, samples, partial_pushes > 0);
+      } else if (stepping_) {
+        // Streamed segments stepped, nobody completed these: unchanged.
+        std::copy(params_.begin() + lo, params_.begin() + hi, broadcast_[(t + 1) % 2].begin() + lo);
+      }
+      k = e;
     }
+    if (stepping_) snapshot_for_ = int64_t(t) + 1;
     // A round no worker contributed to changed nothing: no checkpoint, so
     // that a server whose workers are stuck (another server is down) does
     // not push out, by keep_last, the rounds the others also hold.

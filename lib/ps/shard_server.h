@@ -12,6 +12,16 @@
 // After the last round it broadcasts the final parameters (iteration =
 // total_iterations) and finishes.
 //
+// Segments (segment_chunks; docs/plan.md): a server's chunks are cut into
+// runs, and round t's step is applied, and round t + 1's parameters sent,
+// segment by segment, as soon as every live worker's push of a segment
+// arrived, while later segments are still coming in. A host whose link
+// carries both a worker's push and the pulls it waits for then uses both
+// directions at once, as ADLB's cost model and the simulator assume. A
+// round that ends at its deadline or on a membership change applies its
+// remaining segments with whoever completed them; a round t + 1 that
+// starts under another plan is not streamed (its chunks move first).
+//
 // Plans (plan.h, docs/plan.md): the chunk map is a versioned value. Server
 // 0 takes proposals (ProposePlan), picks the round each starts at
 // (plan_lead rounds ahead) and announces it to every server and worker.
@@ -60,6 +70,8 @@ struct ShardServerConfig {
   uint64_t num_params = 0;
   uint32_t chunk_floats = 16384;
   uint32_t num_servers = 1;
+  // Chunks per segment (PlanShape::segment_chunks); 0: all of a server's.
+  uint32_t segment_chunks = 0;
   // The job's workers (every rank, live or not), batch per worker, and the
   // most one worker may be given: the shape plans are checked against. A
   // push says how many samples its gradient averages (Header::samples; at
@@ -120,6 +132,8 @@ struct ShardServerStats {
   uint64_t partial_elements = 0;  // aggregated over fewer workers than contributed
   std::vector<std::pair<transport::Peer, double>> last_delivered;
   double last_aggregate_ms = 0;
+  // Segments applied and sent before their round closed (pipelining).
+  uint64_t segments_streamed = 0;
   uint64_t checkpoints_offered = 0;  // snapshots handed to the writer
   double last_snapshot_ms = 0;       // the round thread's copy for the newest
   double last_round_ms = 0;
@@ -203,22 +217,39 @@ class ShardServer : public transport::Receiver {
   ShardServer(const ShardServerConfig& config, ChunkLayout layout, ChunkMap map);
   void Run();
   // Sends the parameters of `iteration` to every worker, from its snapshot
-  // buffer (taken now unless ApplyStep already wrote it).
+  // buffer (taken now unless ApplyStep already wrote it): each segment
+  // not streamed already under the plan followed, and the streamed ones
+  // to workers that did not get them.
   void Broadcast(uint32_t iteration);
+  // Sends segment k of `iteration` (its snapshot) to `to`.
+  void SendSegment(uint32_t iteration, size_t k, const std::vector<transport::Peer>& to);
   // Cancels what is still being sent from the snapshot buffer of
   // `iteration` (the one two rounds back: a worker not done with it is
   // gone or far behind), so it can be written.
   void ReleaseSnapshot(uint32_t iteration);
-  // The optimizer step of round t over the mean of `inputs` (each floats_
-  // long), tile by tile while each is in cache: sum, update, and copy the
-  // new parameters into the snapshot for round t + 1. With bubbles
-  // (`missing` non-empty) the unbiased mean is taken first, whole.
-  // `samples`: each input's (empty: all equal); unequal ones weight it.
-  // Returns MeanUnbiased's count of elements with bubbles.
-  uint64_t ApplyStep(uint32_t t, const std::vector<const float*>& inputs,
+  // The optimizer step of round t over local floats [lo, hi), from the
+  // mean of `inputs` (each floats_ long), tile by tile while each is in
+  // cache: sum, update, and copy the new parameters into the snapshot for
+  // round t + 1. The round's first call begins the step (one optimizer
+  // step per round, however many segments). With bubbles (`missing`:
+  // each input's, over all floats_) the unbiased mean of the range is
+  // taken first. `samples`: each input's (empty: all equal); unequal
+  // ones weight it. Returns MeanUnbiased's count of elements with bubbles.
+  uint64_t ApplyStep(uint32_t t, size_t lo, size_t hi, const std::vector<const float*>& inputs,
                      const std::vector<std::vector<Range>>& missing,
-                     const std::vector<float>& samples, bool bubbles, uint64_t* summed_us);
-  std::vector<transport::PacketSpan> OwnedPackets(const float* base) const;
+                     const std::vector<float>& samples, bool bubbles);
+  // Round t, mu_ held: applies the segments every live worker's push
+  // completed and sends them as round t + 1's, unlocking meanwhile.
+  // Returns how many (0: none ready, or segments not streamed now).
+  size_t StreamReady(uint32_t t, uint64_t* partial_elements) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Segment k's packets of a snapshot laid out like params_.
+  std::vector<transport::PacketSpan> SegmentPackets(const float* base, size_t k) const;
+  // segs_ and chunk_seg_ for the plan followed (owned_ and local_ set).
+  void CutSegments(const Plan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A push that ended with holes: zero-fills them once and keeps them
+  // (slot.missing); later data for the round cannot come.
+  struct Slot;
+  void FillBubbles(Slot& slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Loads `c` (config_.resume) into the parameters and optimizer state.
   absl::Status Restore(const storage::Checkpoint& c);
   // After round t's step: the checkpoint of t + 1 rounds applied, if due
@@ -258,7 +289,29 @@ class ShardServer : public transport::Receiver {
   std::vector<std::shared_ptr<transport::SendHandle>> in_flight_[2];
   int64_t snapshot_for_ = -1;     // the iteration whose snapshot ApplyStep took
   uint32_t start_round_ = 0;      // 0, or the round of the checkpoint resumed from
-  std::vector<float> aggregate_;  // the mean gradient: one tile, or all with bubbles
+  std::vector<float> aggregate_;  // the mean gradient: one tile, or a range with bubbles
+  // The segments of the plan followed: local float range, owned_ index
+  // range and packets. Changed under mu_ by the round thread (Switch);
+  // the endpoint thread reads chunk_seg_ (each chunk's segment) under it.
+  struct Segment {
+    size_t lo = 0, hi = 0;        // local floats
+    size_t first = 0, count = 0;  // owned_[first, first + count)
+  };
+  std::vector<Segment> segs_;
+  std::vector<uint64_t> seg_packets_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> chunk_seg_ ABSL_GUARDED_BY(mu_);
+  // Round thread: whether round t's step began (ApplyStep), which
+  // segments of it are applied, and which segments of which iteration's
+  // snapshot went out under which plan, to whom.
+  bool stepping_ = false;
+  std::vector<bool> applied_;
+  struct Sent {
+    int64_t iteration = -1;
+    uint32_t plan = 0;
+    std::vector<bool> segs;
+    std::vector<transport::Peer> to;
+  };
+  Sent sent_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
 
@@ -275,6 +328,11 @@ class ShardServer : public transport::Receiver {
     bool partial = false;          // closed early: `have` says what arrived
     std::vector<ps::Range> have;   // ranges an LTP push delivered this round
     transport::FlowResult result;  // its push's (traces)
+    uint32_t samples = 0;          // the push's Header::samples
+    std::vector<uint64_t> got;     // packets arrived, per segment
+    bool filled = false;           // FillBubbles ran: `missing` is final
+    std::vector<ps::Range> missing;
+    uint64_t holes = 0;  // floats in `missing`
   };
   absl::flat_hash_map<transport::Peer, Slot> slots_ ABSL_GUARDED_BY(mu_);
   ShardServerStats stats_ ABSL_GUARDED_BY(mu_);

@@ -483,6 +483,93 @@ TEST_CASE("pushes of unequal batches are averaged by their samples", "[shard_ser
   h->Wait(absl::Seconds(5));
 }
 
+// Segments: a segment every live worker's push delivered is stepped and
+// sent as the next round's while the round still waits for the rest.
+// Worker b's push is forged packet by packet: its first chunk arrives, its
+// second is held back until the streamed segment was checked, so nothing
+// here depends on timing.
+TEST_CASE("a segment every worker pushed is applied and sent before its round closes",
+          "[shard_server][segments]") {
+  const uint32_t chunk = 4096;
+  const uint64_t n = 2 * chunk;
+  ShardServerConfig sc;
+  sc.num_params = n;
+  sc.chunk_floats = chunk;
+  sc.segment_chunks = 1;  // two segments
+  sc.optimizer.learning_rate = 1.0f;
+  sc.optimizer.momentum = 0.0f;
+  sc.endpoint.key = transport::testing::TestKey();
+  sc.total_iterations = 1;
+  sc.num_workers = 2;
+  sc.round_deadline = absl::Seconds(120);  // never: the test ends it
+  std::vector<float> init(n, 10.0f);
+  transport::SimNetwork net(RealClock::Get(), 17);
+  SimServer server(net, sc, init);
+  EndpointConfig wc;
+  wc.key = transport::testing::TestKey();
+  const uint32_t pf = wc.payload_floats();
+  ParamSink sink_a(n, chunk), sink_b(n, chunk);
+  const Peer b_addr{htonl(0x0A000003), htons(7000)};
+  auto a = transport::testing::SimEndpoint(net, kWorkerAddr, wc, &sink_a, RealClock::Get());
+  auto b = transport::testing::SimEndpoint(net, b_addr, wc, &sink_b, RealClock::Get());
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  server->SetWorkers({(*a)->local(), (*b)->local()});
+  server->Start();
+  REQUIRE(sink_a.Wait(0, absl::Seconds(20)));
+  REQUIRE(sink_b.Wait(0, absl::Seconds(20)));
+
+  const std::vector<float> ones(n, 1.0f), threes(n, 3.0f);
+  PushChunks(**a, server->local(), 0, ones, {0, 1}, chunk, pf);
+  // b's push of both chunks, as its endpoint would cut it; only chunk 0's
+  // packets go now.
+  std::vector<transport::PacketSpan> packets;
+  transport::AppendPackets(0, threes.data(), chunk, pf, false, &packets);
+  const size_t first = packets.size();
+  transport::AppendPackets(1, threes.data() + chunk, chunk, pf, false, &packets);
+  transport::testing::Forger forge(wc.key, 0xB0B);
+  auto send = [&](size_t from, size_t to) {
+    for (size_t i = from; i < to; ++i) {
+      Header h;
+      h.flow_id = 900;
+      h.seq = uint32_t(i);
+      h.total_packets = uint32_t(packets.size());
+      h.chunk_id = packets[i].chunk_id;
+      h.chunk_offset = packets[i].chunk_offset;
+      h.iteration = 0;
+      h.plan = 1;
+      std::vector<uint8_t> body(packets[i].floats * sizeof(float));
+      std::memcpy(body.data(), packets[i].data, body.size());
+      const std::vector<uint8_t> d = forge(h, body, b_addr);
+      net.Inject(b_addr, server->local(), d.data(), d.size());
+    }
+  };
+  send(0, first);
+  // Segment 0 of round 1 reaches both workers while round 0 is open.
+  REQUIRE(sink_a.Wait(1, absl::Seconds(20)));
+  REQUIRE(sink_b.Wait(1, absl::Seconds(20)));
+  ShardServerStats st = server->GetStats();
+  CHECK(st.iteration == 0);
+  CHECK(st.round_open);
+  CHECK(st.segments_streamed == 1);
+  const std::vector<float> early = sink_a.params(1);
+  for (uint64_t i = 0; i < chunk; ++i) REQUIRE(early[i] == 8.0f);  // 10 - (1 + 3) / 2
+  for (uint64_t i = chunk; i < n; ++i) REQUIRE(std::isnan(early[i]));
+  const std::vector<float> early_b = sink_b.params(1);
+  CHECK(std::equal(early.begin(), early.begin() + chunk, early_b.begin()));
+
+  send(first, packets.size());
+  REQUIRE(server->WaitFinished(absl::Seconds(20)));
+  st = server->GetStats();
+  CHECK(st.rounds_complete == 1);
+  // Segment 1 too when its last packet was counted before b's flow ended.
+  CHECK(st.segments_streamed >= 1);
+  // The rest came at the round's close or streamed; nothing twice.
+  for (float x : sink_a.params(1)) REQUIRE(x == 8.0f);
+  // Two segment flows of round 0, then two of round 1.
+  CHECK((*a)->GetStats().flows_received == 4);
+}
+
 }  // namespace
 }  // namespace ps
 }  // namespace hetps
