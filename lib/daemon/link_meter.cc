@@ -32,12 +32,23 @@ void LinkMeter::OnFlow(const transport::Peer& from, const transport::FlowResult&
   if (r.received < 2 || r.last_us <= r.first_us) return;
   absl::MutexLock lock(&mu_);
   if (r.bytes < config_.probe_bytes) return;
-  // The first packet marks the start: the bytes after it, over the time
-  // to the last one. Bytes as the link carries them: each datagram's
-  // header and its IPv4 and UDP headers count, as a shaper counts them.
+  // Bytes as the link carries them: each datagram's header and its IPv4
+  // and UDP headers count, as a shaper counts them.
   const double wire = double(r.bytes) + double(r.received) * kPacketOverheadBytes;
-  const double after_first = wire - wire / r.received;
-  const double rate = after_first * 1e6 / double(r.last_us - r.first_us);
+  const double per_packet = wire / r.received;
+  const uint32_t half = (r.total_packets + 1) / 2;
+  double rate;
+  if (r.mid_us > r.first_us && r.last_us > r.mid_us && r.received > half) {
+    // The second half: the packets after the one that made half, over
+    // the time from it to the last. A token-bucket shaper passes its
+    // burst allowance at line rate when a flow starts after a pause, and
+    // the flow's first bytes then read far above the link's rate.
+    rate = per_packet * double(r.received - half) * 1e6 / double(r.last_us - r.mid_us);
+  } else {
+    // The first packet marks the start: the bytes after it, over the
+    // time to the last one.
+    rate = (wire - per_packet) * 1e6 / double(r.last_us - r.first_us);
+  }
   Link& l = links_[from];
   l.recent.push_back({rate, r.bytes});
   while (l.recent.size() > config_.probe_num) l.recent.pop_front();

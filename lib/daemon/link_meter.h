@@ -1,10 +1,15 @@
 // LinkMeter: how fast each directed link into this node carries training
 // traffic (docs/awareness.md). Every flow received is a probe of the link
-// from its sender: its first packet's arrival marks the start, as ADLB's
-// forecast message does (section 3.2) but without sending one, and the
-// bytes after it over the time to the last packet's arrival give the
+// from its sender, timed by arrivals as ADLB's forecast message is
+// (section 3.2) but without sending one: the bytes of its second half
+// over the time from the arrival that made half to the last one give the
 // rate (of IP packets: headers count, as a link's shaper counts them).
-// Both times are on this node's clock, so no clock offset enters.
+// The first half is left out because a token-bucket shaper lets its
+// burst allowance through at line rate when a flow starts after a pause
+// (tbf's 32 KB made a 48 KB flow read at twice a 10 Mbit/s link); so
+// probe_bytes should be at least twice a path's burst. Without a middle
+// arrival (a transport that does not say) the first packet marks the
+// start. Both times are on this node's clock, so no clock offset enters.
 // Flows below probe_bytes (PROBE_CHUNK_SIZE) are ignored; an estimate is
 // the largest of the latest probe_num (PROBE_CHUNK_NUM) samples: a flow's
 // packets leave the bottleneck spaced at its rate or wider (sharing it

@@ -57,6 +57,30 @@ TEST_CASE("a link's rate: bytes after the first packet over the time to the last
   CHECK(m.All().empty());
 }
 
+// A token-bucket shaper (tbf's burst) passes a flow's first packets at
+// line rate after a pause: only the second half times the link.
+TEST_CASE("a link's rate leaves out a flow's first half, where a shaper's burst goes", "[links]") {
+  LinkMeter m({/*probe_bytes=*/10'000, /*probe_num=*/1, /*report_rate=*/0.1});
+  const transport::Peer a{1, 1};
+  // 20 packets of 1000 bytes: 10 in the burst within 1 ms, then one every
+  // 8 ms; the 10th (half) at 1 ms, the last at 81 ms.
+  transport::FlowResult r = Flow(20'000, 20, 0, 81'000);
+  r.mid_us = 1000;
+  m.OnFlow(a, r);
+  const double per_packet = 1000 + kPacketOverheadBytes;
+  auto changed = m.TakeChanged();
+  REQUIRE(changed.size() == 1);
+  CHECK(changed[0].bytes_per_s == Approx(10 * per_packet / 0.08));
+  // From the first packet, as without a middle arrival: about twice that.
+  CHECK(19 * per_packet / 0.081 > 1.8 * changed[0].bytes_per_s);
+  // A lossy flow that ended with 15 of 20: the 5 after the tenth.
+  r.received = 15;
+  r.bytes = 15'000;
+  r.last_us = 41'000;
+  m.OnFlow(a, r);
+  CHECK(m.All()[0].bytes_per_s == Approx(5 * per_packet / 0.04));
+}
+
 TEST_CASE("link meter settings are checked", "[links]") {
   CHECK(ValidateLinkMeterConfig({}).ok());
   CHECK(!ValidateLinkMeterConfig({100, 4, 0.1}).ok());

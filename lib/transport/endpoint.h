@@ -236,8 +236,10 @@ struct FlowResult {
   uint64_t bytes = 0;     // their payload bytes
   CloseReason reason = CloseReason::kComplete;
   // The endpoint's clock (FlowTiming): first and last packet's arrival,
-  // and the close (0 where the transport does not say).
+  // and the close (0 where the transport does not say). mid_us: the
+  // arrival that made (total_packets + 1) / 2 packets received.
   uint64_t first_us = 0;
+  uint64_t mid_us = 0;
   uint64_t last_us = 0;
   uint64_t closed_us = 0;
   bool complete() const { return received == total_packets; }

@@ -105,6 +105,7 @@ struct RecvFlow {
   // Loss-tolerant flows (Early Close).
   bool lossy = false;
   uint64_t start_us = 0;               // first packet's arrival
+  uint64_t mid_us = 0;                 // FlowResult::mid_us
   uint32_t critical_end = UINT32_MAX;  // seq flagged kFlagCriticalEnd, once seen
   uint32_t prefix = 0;                 // seqs [0, prefix) all received (ACK prefix)
   std::vector<uint32_t> ack_echo;      // the last ACK's fresh seqs, repeated in the next

@@ -94,6 +94,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
   link.last_us = now;
   receiver->OnData(from, h, p.payload);
   ++f.received;
+  if (f.received == (f.total + 1) / 2) f.mid_us = now;
   f.bytes += h.payload_bytes;
   while (f.prefix < f.total && f.has(f.prefix)) ++f.prefix;
   if (f.lossy) {
@@ -162,6 +163,7 @@ void Endpoint::Impl::CloseFlow(const RecvKey& key, CloseReason reason) {
   r.bytes = f.bytes;
   r.reason = reason;
   r.first_us = f.start_us;
+  r.mid_us = f.mid_us;
   r.last_us = f.last_us;
   r.closed_us = Now();
   const StopInfo how{reason, f.received};

@@ -88,6 +88,7 @@ struct InFlow {
   uint32_t received = 0;
   uint64_t bytes = 0;
   uint64_t first_us = 0;
+  uint64_t mid_us = 0;
   uint64_t last_us = 0;
   std::vector<uint64_t> bitmap;
 };
@@ -735,7 +736,8 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
   word |= bit;
   receiver->OnData(c->peer, h, p.payload);
   f.bytes += h.payload_bytes;
-  if (++f.received < f.total) return true;
+  if (++f.received == (f.total + 1) / 2) f.mid_us = f.last_us;
+  if (f.received < f.total) return true;
   FlowResult r;
   r.flow_id = h.flow_id;
   r.iteration = f.iteration;
@@ -745,6 +747,7 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
   r.received = f.received;
   r.bytes = f.bytes;
   r.first_us = f.first_us;
+  r.mid_us = f.mid_us;
   r.last_us = f.last_us;
   r.closed_us = NowMicros();
   EraseInFlow(c, it);
