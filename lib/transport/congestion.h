@@ -112,6 +112,14 @@ struct CongestionConfig {
   bool room_restart = true;
   // Unpaced paths (see above); 0: every path is paced.
   uint32_t unpaced_rtprop_us = 500;
+  // Fair share over the sender's own egress (the endpoint's SetRateCaps):
+  // each peer's flows capped at the max-min share of the egress rate the
+  // endpoint measured; false: only the receivers' advertised shares. Off
+  // by default: a host whose link carries pushes out and pulls in at once
+  // delays its own ACKs behind the other direction's data, its flows
+  // deliver less than the link, the egress rate is measured from that,
+  // and the shares hold them there (docs/ltp.md, "Fair share").
+  bool egress_share = false;
 };
 
 // Per-packet bookkeeping the controller needs back on ACK.

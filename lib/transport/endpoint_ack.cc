@@ -154,7 +154,8 @@ void Endpoint::Impl::SetRateCaps(uint64_t now) {
     if (ps->flows.empty()) continue;
     share_rates.push_back(ShareRate(ps->acked, ps->active_since_us, now));
   }
-  const uint64_t egress_share = FairShareBps(egress.link_rate_bps(now), share_rates);
+  const uint64_t egress_share =
+      config.congestion.egress_share ? FairShareBps(egress.link_rate_bps(now), share_rates) : 0;
   for (auto& [peer, ps] : peers) {
     if (ps->flows.empty()) continue;
     uint64_t cap = ps->receiver_share_bps;
