@@ -36,7 +36,7 @@ struct JobSpec {
   int64_t epochs = 0;
   int64_t chunk_size = 16384;  // floats per parameter chunk
   // Chunks per broadcast segment (ps::PlanShape::segment_chunks); 0: one.
-  int64_t segment_chunks = 2;
+  int64_t segment_chunks = 0;
   int64_t seed = 1;
   int64_t eval_every = 200;          // iterations between test-set evaluations; 0 = only at the end
   int64_t eval_samples = 10000;      // test samples per evaluation (first N of the test split)
