@@ -30,7 +30,7 @@
 #          [--model mlp] [--policies "average elastic adlb-alg1 adlb"]
 #          [--update_time_s 2] [--period_s 60] [--changes 4] [--out DIR]
 #          [--trace] (part 2: round traces of every node in DIR/trace)
-#          [--segment_chunks 4] (the jobs' segment_chunks; 0: one flow per psd)
+#          [--segment_bytes 65536] (the jobs' segment_bytes; 0: one flow per psd)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,7 +46,7 @@ period_s=60
 changes=4
 trace=0
 chunk_size=4096  # mlp: 58 chunks, fine enough for shares of 4 psds
-segment_chunks=4  # 64 KiB segments of these chunks: a psd's share pipelines
+segment_bytes=65536  # 4 of these chunks: a psd's share pipelines
 out=out/adaptive
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -60,7 +60,7 @@ while [ $# -gt 0 ]; do
     --update_time_s) update_time_s=$2; shift 2 ;;
     --period_s) period_s=$2; shift 2 ;;
     --changes) changes=$2; shift 2 ;;
-    --segment_chunks) segment_chunks=$2; shift 2 ;;
+    --segment_bytes) segment_bytes=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --trace) trace=1; shift ;;
     -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
@@ -152,7 +152,7 @@ iterations: $2
 eval_every: 0
 round_deadline_ms: 60000
 chunk_size: $chunk_size
-${segment_chunks:+segment_chunks: $segment_chunks}
+segment_bytes: $segment_bytes
 load_policy: $1
 update_time_s: $update_time_s
 YAML

@@ -260,7 +260,7 @@ class Psd::Jobs final : public JobRunner {
     c.batch_max = static_cast<uint32_t>(spec.BatchMax(c.num_workers));
     c.num_params = init.size();
     c.chunk_floats = static_cast<uint32_t>(spec.chunk_size);
-    c.segment_chunks = static_cast<uint32_t>(spec.segment_chunks);
+    c.segment_chunks = spec.SegmentChunks();
     c.optimizer = spec.optimizer_config();
     c.total_iterations = static_cast<uint32_t>(latest.total_iterations());
     c.round_deadline = absl::Milliseconds(spec.round_deadline_ms);

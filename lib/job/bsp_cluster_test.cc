@@ -73,7 +73,7 @@ struct Cluster {
       c.num_servers = num_servers;
       c.num_params = init.size();
       c.chunk_floats = static_cast<uint32_t>(job.chunk_size);
-      c.segment_chunks = static_cast<uint32_t>(job.segment_chunks);
+      c.segment_chunks = job.SegmentChunks();
       c.optimizer = job.optimizer_config();
       c.total_iterations = static_cast<uint32_t>(workers[0]->total_iterations());
       c.round_deadline = deadline;
@@ -157,10 +157,10 @@ TEST_CASE("one worker through the cluster equals single-process training exactly
 TEST_CASE("two workers, two servers: BSP equals training on the combined batch", "[bsp]") {
   JobSpec job = SmallJob(25);
   job.transport = GENERATE("reliable", "tcp");  // the same job over UDP or kernel TCP
-  // Each server's 29 chunks in one flow, or in segments of 3 sent as
-  // their pushes complete.
-  job.segment_chunks = GENERATE(0, 3);
-  INFO("transport " << job.transport << ", segment_chunks " << job.segment_chunks);
+  // Each server's 29 chunks in one flow, or in segments of 3 (48 KiB)
+  // sent as their pushes complete.
+  job.segment_bytes = GENERATE(0, 3 * 4096 * 4);
+  INFO("transport " << job.transport << ", segment_bytes " << job.segment_bytes);
   Cluster c(job, 2, 2, absl::Seconds(10));
   c.Start();
   std::thread second([&] { CHECK(c.workers[1]->Run(0, nullptr).ok()); });
@@ -301,8 +301,8 @@ TEST_CASE("LTP with 5% loss on every link: partial pushes, yet every pull is bit
   JobSpec job = SmallJob(30);
   job.transport = "ltp";
   job.ltp_lt_fixed_ms = 1;  // close right after the first pass: bubbles every round
-  job.segment_chunks = GENERATE(0, 3);
-  INFO("segment_chunks " << job.segment_chunks);
+  job.segment_bytes = GENERATE(0, 3 * 4096 * 4);
+  INFO("segment_bytes " << job.segment_bytes);
   Cluster c(job, 2, 2, absl::Seconds(10), 0.05);
   c.Start();
   std::thread second([&] { CHECK(c.workers[1]->Run(0, nullptr).ok()); });
@@ -394,8 +394,8 @@ TEST_CASE("plans that change every few rounds, announced late and out of order, 
   // The plans' run sends each server's chunks in one flow, or in segments
   // of 2 as their pushes complete: the same parameters either way.
   JobSpec planned = job;
-  planned.segment_chunks = GENERATE(0, 2);
-  INFO("segment_chunks " << planned.segment_chunks);
+  planned.segment_bytes = GENERATE(0, 2 * 4096 * 4);
+  INFO("segment_bytes " << planned.segment_bytes);
   transport::LinkImpairment lossy;
   lossy.loss = 0.02;
   lossy.delay_us = 200;

@@ -35,7 +35,7 @@ absl::StatusOr<std::unique_ptr<BspWorker>> BspWorker::Create(const BspWorkerConf
   w->shape_.num_workers = config.workers;
   w->shape_.batch_size = static_cast<uint32_t>(config.job.batch_size);
   w->shape_.batch_max = static_cast<uint32_t>(config.job.BatchMax(config.workers));
-  w->shape_.segment_chunks = static_cast<uint32_t>(config.job.segment_chunks);
+  w->shape_.segment_chunks = config.job.SegmentChunks();
   ASSIGN_OR_RETURN(w->model_,
                    train::Model::Create(spec, backend, static_cast<int>(w->shape_.batch_max)));
   w->sampler_ =

@@ -35,9 +35,9 @@ void Bind(ConfigSchema& s, JobSpec& j) {
   s.Int("iterations", &j.iterations, "iterations to run (or set epochs)", 0, 100'000'000);
   s.Int("epochs", &j.epochs, "passes over each worker's shard (or set iterations)", 0, 10'000);
   s.Int("chunk_size", &j.chunk_size, "floats per parameter chunk", 64, 64 << 20);
-  s.Int("segment_chunks", &j.segment_chunks,
-        "chunks per segment a psd sends as soon as every worker pushed it (0: all in one flow)", 0,
-        1 << 20);
+  s.Int("segment_bytes", &j.segment_bytes,
+        "parameter bytes per segment a psd sends as soon as every worker pushed it (0: one flow)",
+        0, 1 << 30);
   s.Int("seed", &j.seed, "seed for initial parameters and data order", 0, INT64_MAX);
   s.Int("eval_every", &j.eval_every, "iterations between test evaluations (0: at the end)", 0,
         100'000'000);

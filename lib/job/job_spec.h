@@ -35,8 +35,10 @@ struct JobSpec {
   int64_t iterations = 0;   // exactly one of iterations and epochs is > 0
   int64_t epochs = 0;
   int64_t chunk_size = 16384;  // floats per parameter chunk
-  // Chunks per broadcast segment (ps::PlanShape::segment_chunks); 0: one.
-  int64_t segment_chunks = 0;
+  // Parameter bytes per broadcast segment (docs/plan.md, "Segments"); 0:
+  // one flow per psd. 128 KiB: twice the default probe_chunk_bytes, so a
+  // segment is long enough to measure its link.
+  int64_t segment_bytes = 128 << 10;
   int64_t seed = 1;
   int64_t eval_every = 200;          // iterations between test-set evaluations; 0 = only at the end
   int64_t eval_samples = 10000;      // test samples per evaluation (first N of the test split)
@@ -85,6 +87,14 @@ struct JobSpec {
   int64_t BatchMax(uint32_t workers) const {
     return batch_policy == "wlbs" ? std::min<int64_t>(workers, kWlbsSpread) * batch_size
                                   : batch_size;
+  }
+
+  // Chunks per segment (ps::PlanShape::segment_chunks): as many whole
+  // chunks as fit in segment_bytes, at least one; 0 without segments.
+  uint32_t SegmentChunks() const {
+    if (segment_bytes <= 0) return 0;
+    return static_cast<uint32_t>(
+        std::max<int64_t>(1, segment_bytes / (chunk_size * int64_t(sizeof(float)))));
   }
 
   bool loss_tolerant() const { return transport == "ltp"; }

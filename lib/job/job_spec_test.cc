@@ -13,6 +13,22 @@ TEST_CASE("a minimal job gets the documented defaults", "[job]") {
   CHECK(j->optimizer_config().kind == train::OptimizerConfig::Kind::kSgd);
   CHECK(j->optimizer_config().schedule == train::OptimizerConfig::Schedule::kConstant);
   CHECK(j->TotalIterations(60000, 2) == 100);
+  // Segments of 128 KiB: 2 chunks of 16384 floats.
+  CHECK(j->segment_bytes == 128 << 10);
+  CHECK(j->SegmentChunks() == 2);
+}
+
+TEST_CASE("segment_bytes: whole chunks, at least one; 0 turns segments off", "[job]") {
+  auto j = ParseJobSpec("iterations: 1\nchunk_size: 4096\nsegment_bytes: 65536\n", "job.yaml");
+  REQUIRE(j.ok());
+  CHECK(j->SegmentChunks() == 4);
+  j->segment_bytes = 70000;  // 4.27 chunks
+  CHECK(j->SegmentChunks() == 4);
+  j->segment_bytes = 1000;  // less than a chunk
+  CHECK(j->SegmentChunks() == 1);
+  j->segment_bytes = 0;
+  CHECK(j->SegmentChunks() == 0);
+  CHECK(!ParseJobSpec("iterations: 1\nsegment_bytes: -1\n", "job.yaml").ok());
 }
 
 TEST_CASE("lr_schedule: cosine parses, anything else is named in the error", "[job]") {
