@@ -5,8 +5,8 @@
 // over the time from the arrival that made half to the last one give the
 // rate (of IP packets: headers count, as a link's shaper counts them).
 // The first half is left out because a token-bucket shaper lets its
-// burst allowance through at line rate when a flow starts after a pause
-// (tbf's 32 KB made a 48 KB flow read at twice a 10 Mbit/s link); so
+// burst allowance through at line rate when a flow starts after a pause,
+// and a flow that fits in the burst would read far above the link; so
 // probe_bytes should be at least twice a path's burst. Without a middle
 // arrival (a transport that does not say) the first packet marks the
 // start. Both times are on this node's clock, so no clock offset enters.

@@ -495,21 +495,18 @@ void ShardServer::Broadcast(uint32_t iteration) {
     }
   }
   for (size_t k = 0; k < segs_.size(); ++k) {
-    SendSegment(iteration, k, streamed && sent_.segs[k] ? fresh : workers);
+    SendSegment(iteration, k, streamed && sent_.segs[k] ? fresh : workers, plan);
   }
 }
 
-void ShardServer::SendSegment(uint32_t iteration, size_t k, const std::vector<Peer>& to) {
+void ShardServer::SendSegment(uint32_t iteration, size_t k, const std::vector<Peer>& to,
+                              uint32_t plan) {
+  if (to.empty()) return;
   const int b = iteration % 2;
   transport::SendOptions options;
-  {
-    absl::MutexLock lock(&mu_);
-    options.plan = plan_version_;
-  }
-  for (const Peer& w : to) {
-    in_flight_[b].push_back(
-        endpoint_->Send(w, iteration, SegmentPackets(broadcast_[b].data(), k), options));
-  }
+  options.plan = plan;
+  const std::vector<PacketSpan> packets = SegmentPackets(broadcast_[b].data(), k);
+  for (const Peer& w : to) in_flight_[b].push_back(endpoint_->Send(w, iteration, packets, options));
 }
 
 transport::DropReason ShardServer::AcceptFlow(const Peer& from, const Header& first) {
@@ -825,7 +822,7 @@ size_t ShardServer::StreamReady(uint32_t t, uint64_t* partial_elements) {
   }
   sent_.to = std::move(all);
   for (size_t k : ready) {
-    SendSegment(t + 1, k, to);
+    SendSegment(t + 1, k, to, plan);
     sent_.segs[k] = true;
   }
   mu_.Lock();

@@ -221,8 +221,9 @@ class ShardServer : public transport::Receiver {
   // not streamed already under the plan followed, and the streamed ones
   // to workers that did not get them.
   void Broadcast(uint32_t iteration);
-  // Sends segment k of `iteration` (its snapshot) to `to`.
-  void SendSegment(uint32_t iteration, size_t k, const std::vector<transport::Peer>& to);
+  // Sends segment k of `iteration` (its snapshot) to `to`, under `plan`.
+  void SendSegment(uint32_t iteration, size_t k, const std::vector<transport::Peer>& to,
+                   uint32_t plan);
   // Cancels what is still being sent from the snapshot buffer of
   // `iteration` (the one two rounds back: a worker not done with it is
   // gone or far behind), so it can be written.

@@ -428,6 +428,28 @@ TEST_CASE("a push of another plan is refused and counted; proposals are checked"
         absl::StatusCode::kFailedPrecondition);
 }
 
+const Peer kWorker2Addr{htonl(0x0A000003), htons(7000)};
+
+// Workers a and b: threaded endpoints on `net`, each with a ParamSink,
+// made the server's workers; the server started.
+struct TwoWorkers {
+  TwoWorkers(transport::SimNetwork& net, SimServer& server, uint64_t n, uint32_t chunk)
+      : sink_a(n, chunk), sink_b(n, chunk) {
+    wc.key = transport::testing::TestKey();
+    auto ea = transport::testing::SimEndpoint(net, kWorkerAddr, wc, &sink_a, RealClock::Get());
+    auto eb = transport::testing::SimEndpoint(net, kWorker2Addr, wc, &sink_b, RealClock::Get());
+    REQUIRE(ea.ok());
+    REQUIRE(eb.ok());
+    a = std::move(*ea);
+    b = std::move(*eb);
+    server->SetWorkers({a->local(), b->local()});
+    server->Start();
+  }
+  EndpointConfig wc;
+  ParamSink sink_a, sink_b;  // outlive the endpoints that write them
+  std::unique_ptr<Endpoint> a, b;
+};
+
 // WLBS: pushes averaged over different numbers of samples are weighted by
 // them, so the step is the mean over every sample of the global batch; a
 // push claiming more samples than a worker may have is refused.
@@ -447,17 +469,9 @@ TEST_CASE("pushes of unequal batches are averaged by their samples", "[shard_ser
   std::vector<float> init(n, 10.0f);
   transport::SimNetwork net(RealClock::Get(), 13);
   SimServer server(net, sc, init);
-  EndpointConfig wc;
-  wc.key = transport::testing::TestKey();
-  ParamSink sink_a(n, chunk), sink_b(n, chunk);
-  const Peer b_addr{htonl(0x0A000003), htons(7000)};
-  auto a = transport::testing::SimEndpoint(net, kWorkerAddr, wc, &sink_a, RealClock::Get());
-  auto b = transport::testing::SimEndpoint(net, b_addr, wc, &sink_b, RealClock::Get());
-  REQUIRE(a.ok());
-  REQUIRE(b.ok());
-  server->SetWorkers({(*a)->local(), (*b)->local()});
-  server->Start();
-  REQUIRE(sink_a.Wait(0, absl::Seconds(20)));
+  TwoWorkers w(net, server, n, chunk);
+  const EndpointConfig& wc = w.wc;
+  REQUIRE(w.sink_a.Wait(0, absl::Seconds(20)));
 
   // First a push claiming more samples than batch_max: refused before any
   // state is taken (were it taken, worker a's real push below would be
@@ -470,16 +484,16 @@ TEST_CASE("pushes of unequal batches are averaged by their samples", "[shard_ser
   transport::SendOptions greedy;
   greedy.plan = 1;
   greedy.samples = 4;
-  auto h = (*a)->Send(server->local(), 0, std::move(packets), greedy);
-  PushChunks(**a, server->local(), 0, ones, {0, 1}, chunk, wc.payload_floats(), 3);
-  PushChunks(**b, server->local(), 0, fives, {0, 1}, chunk, wc.payload_floats(), 1);
-  REQUIRE(sink_a.Wait(1, absl::Seconds(20)));
+  auto h = w.a->Send(server->local(), 0, std::move(packets), greedy);
+  PushChunks(*w.a, server->local(), 0, ones, {0, 1}, chunk, wc.payload_floats(), 3);
+  PushChunks(*w.b, server->local(), 0, fives, {0, 1}, chunk, wc.payload_floats(), 1);
+  REQUIRE(w.sink_a.Wait(1, absl::Seconds(20)));
   REQUIRE(server->WaitFinished(absl::Seconds(20)));
   CHECK(server->GetStats().rounds_complete == 1);
   // 10 - (3 x 1 + 1 x 5) / 4; an unweighted mean would give 10 - 3.
-  for (float x : sink_a.params(1)) REQUIRE(x == 8.0f);
+  for (float x : w.sink_a.params(1)) REQUIRE(x == 8.0f);
   CHECK(server.endpoint->GetStats().drops[size_t(DropReason::kBadFlowSize)] >= 1);
-  (*a)->Cancel(h);
+  w.a->Cancel(h);
   h->Wait(absl::Seconds(5));
 }
 
@@ -505,29 +519,23 @@ TEST_CASE("a segment every worker pushed is applied and sent before its round cl
   std::vector<float> init(n, 10.0f);
   transport::SimNetwork net(RealClock::Get(), 17);
   SimServer server(net, sc, init);
-  EndpointConfig wc;
-  wc.key = transport::testing::TestKey();
-  const uint32_t pf = wc.payload_floats();
-  ParamSink sink_a(n, chunk), sink_b(n, chunk);
-  const Peer b_addr{htonl(0x0A000003), htons(7000)};
-  auto a = transport::testing::SimEndpoint(net, kWorkerAddr, wc, &sink_a, RealClock::Get());
-  auto b = transport::testing::SimEndpoint(net, b_addr, wc, &sink_b, RealClock::Get());
-  REQUIRE(a.ok());
-  REQUIRE(b.ok());
-  server->SetWorkers({(*a)->local(), (*b)->local()});
-  server->Start();
+  TwoWorkers w(net, server, n, chunk);
+  const uint32_t pf = w.wc.payload_floats();
+  ParamSink& sink_a = w.sink_a;
+  ParamSink& sink_b = w.sink_b;
+  const Peer b_addr = kWorker2Addr;
   REQUIRE(sink_a.Wait(0, absl::Seconds(20)));
   REQUIRE(sink_b.Wait(0, absl::Seconds(20)));
 
   const std::vector<float> ones(n, 1.0f), threes(n, 3.0f);
-  PushChunks(**a, server->local(), 0, ones, {0, 1}, chunk, pf);
+  PushChunks(*w.a, server->local(), 0, ones, {0, 1}, chunk, pf);
   // b's push of both chunks, as its endpoint would cut it; only chunk 0's
   // packets go now.
   std::vector<transport::PacketSpan> packets;
   transport::AppendPackets(0, threes.data(), chunk, pf, false, &packets);
   const size_t first = packets.size();
   transport::AppendPackets(1, threes.data() + chunk, chunk, pf, false, &packets);
-  transport::testing::Forger forge(wc.key, 0xB0B);
+  transport::testing::Forger forge(w.wc.key, 0xB0B);
   auto send = [&](size_t from, size_t to) {
     for (size_t i = from; i < to; ++i) {
       Header h;
@@ -567,7 +575,7 @@ TEST_CASE("a segment every worker pushed is applied and sent before its round cl
   // The rest came at the round's close or streamed; nothing twice.
   for (float x : sink_a.params(1)) REQUIRE(x == 8.0f);
   // Two segment flows of round 0, then two of round 1.
-  CHECK((*a)->GetStats().flows_received == 4);
+  CHECK(w.a->GetStats().flows_received == 4);
 }
 
 }  // namespace

@@ -144,18 +144,20 @@ uint64_t Endpoint::Impl::IngressShareBps(uint64_t now) {
   return FairShareBps(ingress.link_rate_bps(now), share_rates);
 }
 
-// The same on the sending side over this endpoint's egress (bytes
-// acknowledged, all peers) and its active peers' recent rates; each active
-// peer's controller is capped at the smaller of that and the receiver's
-// advertised share.
+// Each active peer's controller is capped at the receiver's advertised
+// share, and with congestion.egress_share at the smaller of that and the
+// same max-min share over this endpoint's egress (bytes acknowledged, all
+// peers) among its active peers' recent rates.
 void Endpoint::Impl::SetRateCaps(uint64_t now) {
-  share_rates.clear();
-  for (auto& [peer, ps] : peers) {
-    if (ps->flows.empty()) continue;
-    share_rates.push_back(ShareRate(ps->acked, ps->active_since_us, now));
+  uint64_t egress_share = 0;
+  if (config.congestion.egress_share) {
+    share_rates.clear();
+    for (auto& [peer, ps] : peers) {
+      if (ps->flows.empty()) continue;
+      share_rates.push_back(ShareRate(ps->acked, ps->active_since_us, now));
+    }
+    egress_share = FairShareBps(egress.link_rate_bps(now), share_rates);
   }
-  const uint64_t egress_share =
-      config.congestion.egress_share ? FairShareBps(egress.link_rate_bps(now), share_rates) : 0;
   for (auto& [peer, ps] : peers) {
     if (ps->flows.empty()) continue;
     uint64_t cap = ps->receiver_share_bps;
