@@ -821,14 +821,18 @@ size_t ShardServer::StreamReady(uint32_t t, uint64_t* partial_elements) {
     if (std::find(to.begin(), to.end(), p) != to.end()) all.push_back(p);
   }
   sent_.to = std::move(all);
+  for (size_t k : ready) applied_[k] = true;
+  {
+    // Counted before they go: a worker that has one sees it counted.
+    absl::MutexLock lock(&mu_);
+    stats_.segments_streamed += ready.size();
+    changed_.SignalAll();  // AwaitStats
+  }
   for (size_t k : ready) {
     SendSegment(t + 1, k, to, plan);
     sent_.segs[k] = true;
   }
   mu_.Lock();
-  for (size_t k : ready) applied_[k] = true;
-  stats_.segments_streamed += ready.size();
-  changed_.SignalAll();  // AwaitStats
   return ready.size();
 }
 
