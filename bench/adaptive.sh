@@ -31,6 +31,7 @@
 #          [--update_time_s 2] [--period_s 60] [--changes 4] [--out DIR]
 #          [--trace] (part 2: round traces of every node in DIR/trace)
 #          [--segment_bytes 65536] (the jobs' segment_bytes; 0: one flow per psd)
+#          [--plan_lead N] (the jobs' plan_lead_rounds; default: the job default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,6 +48,7 @@ changes=4
 trace=0
 chunk_size=4096  # mlp: 58 chunks, fine enough for shares of 4 psds
 segment_bytes=65536  # 4 of these chunks: a psd's share pipelines
+plan_lead=""
 out=out/adaptive
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -58,6 +60,7 @@ while [ $# -gt 0 ]; do
     --model) model=$2; shift 2 ;;
     --policies) policies=$2; shift 2 ;;
     --update_time_s) update_time_s=$2; shift 2 ;;
+    --plan_lead) plan_lead=$2; shift 2 ;;
     --period_s) period_s=$2; shift 2 ;;
     --changes) changes=$2; shift 2 ;;
     --segment_bytes) segment_bytes=$2; shift 2 ;;
@@ -156,6 +159,7 @@ segment_bytes: $segment_bytes
 load_policy: $1
 update_time_s: $update_time_s
 YAML
+  [ -z "$plan_lead" ] || echo "plan_lead_rounds: $plan_lead"
 }
 
 # The link FROM -> TO's rate in Mbit/s from psctl links (empty: none yet).

@@ -41,6 +41,78 @@ absl::Status LinkTable::Record(const std::string& reporter, const v1::LinkReport
   return absl::OkStatus();
 }
 
+absl::Status LinkTable::RecordTraffic(const std::string& reporter, const v1::NodeTraffic& t,
+                                      int64_t now_ms) {
+  if (t.bin_ms() != kTrafficBinMs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("traffic of ", reporter, ": bin_ms ", t.bin_ms(), ", not ", kTrafficBinMs));
+  }
+  if (t.in_bytes_size() > kTrafficBinsMax) {
+    return absl::InvalidArgumentError(absl::StrCat("traffic of ", reporter, ": ", t.in_bytes_size(),
+                                                   " bins; at most ", kTrafficBinsMax));
+  }
+  // Within a minute of schedd's clock either way (a node's clock may be
+  // off by that much and still be useful: only one host's nodes are ever
+  // added together, and they share a clock).
+  const int64_t span = int64_t(t.in_bytes_size()) * kTrafficBinMs;
+  if (t.first_bin_unix_ms() < now_ms - kTrafficKeepMs - span ||
+      t.first_bin_unix_ms() > now_ms + kTrafficKeepMs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "traffic of ", reporter, ": first bin at ", t.first_bin_unix_ms(), " ms, more than ",
+        kTrafficKeepMs / 1000, " s from schedd's clock (", now_ms, " ms)"));
+  }
+  for (uint64_t b : t.in_bytes()) {
+    // 16 Tbit/s in one bin: no access link carries that.
+    if (b > uint64_t(1e11)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("traffic of ", reporter, ": a bin of ", b, " bytes"));
+    }
+  }
+  if (traffic_.size() >= kLinksMax && traffic_.find(reporter) == traffic_.end()) {
+    return absl::ResourceExhaustedError(absl::StrCat("traffic of ", kLinksMax, " nodes held"));
+  }
+  std::map<int64_t, double>& bins = traffic_[reporter];
+  // The node's grid snapped to schedd's: the nodes of one host share one
+  // clock, so they snap alike.
+  const int64_t first = (t.first_bin_unix_ms() + kTrafficBinMs / 2) / kTrafficBinMs * kTrafficBinMs;
+  for (int i = 0; i < t.in_bytes_size(); ++i) bins[first + i * kTrafficBinMs] = t.in_bytes(i);
+  const int64_t oldest = std::min(now_ms, first) - kTrafficKeepMs;
+  bins.erase(bins.begin(), bins.lower_bound(oldest));
+  // Nodes that stopped reporting go once their last bin is that old.
+  for (auto it = traffic_.begin(); it != traffic_.end();) {
+    if (it->second.empty() || it->second.rbegin()->first < now_ms - kTrafficKeepMs) {
+      it = traffic_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return absl::OkStatus();
+}
+
+double LinkTable::PeakRate(const std::vector<std::string>& nodes, int64_t from_ms,
+                           int64_t to_ms) const {
+  const int64_t first = (from_ms + kTrafficBinMs - 1) / kTrafficBinMs * kTrafficBinMs;
+  const int64_t window = kHostWindowMs / kTrafficBinMs;
+  if (to_ms - first < kHostWindowMs) return 0;
+  std::vector<double> sum(size_t((to_ms - first) / kTrafficBinMs), 0.0);
+  for (const std::string& n : nodes) {
+    auto it = traffic_.find(n);
+    if (it == traffic_.end()) continue;
+    for (auto b = it->second.lower_bound(first); b != it->second.end(); ++b) {
+      const size_t i = size_t((b->first - first) / kTrafficBinMs);
+      if (i >= sum.size()) break;
+      sum[i] += b->second;
+    }
+  }
+  double best = 0, run = 0;
+  for (size_t i = 0; i < sum.size(); ++i) {
+    run += sum[i];
+    if (i >= size_t(window)) run -= sum[i - window];
+    if (i + 1 >= size_t(window)) best = std::max(best, run);
+  }
+  return best * 1000.0 / double(kHostWindowMs);
+}
+
 std::vector<v1::LinkReport> LinkTable::All() const {
   std::vector<v1::LinkReport> out;
   out.reserve(links_.size());
@@ -299,45 +371,62 @@ bool PolicyLoop::DecideBatches(const PolicyJob& job, v1::Policy* next, std::stri
   return true;
 }
 
-bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_t now_ms,
-                            v1::Policy* next, std::string* why) {
-  const int64_t chunks = job.num_chunks;
+absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTable& links,
+                                              int64_t now_ms) {
   const size_t servers = job.servers.size();
-  // Each psd's host: what one of its nodes moved at once. A node's flows
-  // of one phase run together (a psd takes every push of a round at once,
-  // a worker every pull), so the sum of the fresh rates into a node, or
-  // out of it, is what the host's link carried for it then. The largest:
-  // a fast host is only seen moving what its slower peers let it, so each
-  // sum is a lower bound (docs/results/2026-11-24-adaptive.md has why
-  // preferring the sum over the most bytes, which reads burst-sized flows
-  // right, made fast hosts read at their slowest senders' rates).
-  const int64_t fresh_ms = now_ms - 3 * job.update_time_ms;
   auto host = [&](const std::string& node) {
     auto it = job.host_of.find(node);
     return it != job.host_of.end() ? it->second : node;
   };
-  std::map<std::string, double> in, out;  // by node
+  // Each psd's host: the largest of two lower bounds on what its access
+  // link carries, both from training traffic.
+  // - Any one link into or out of a node there (reported in the last
+  //   three periods): a flow's packets leave the bottleneck no closer
+  //   than the link's rate. A fast host is fed at its senders' rates,
+  //   and one flow that ran alone shows it best.
+  // - The most its nodes received together in a short window of the
+  //   last period (LinkTable::PeakRate): flows that shared the host's
+  //   link at one moment, counted together; what a saturated host
+  //   carries, where each of its links shows only its share.
+  // Adding link rates up instead (the rates into one node) adds moments
+  // apart and read a 10 Mbit/s host at up to 31.
+  const int64_t fresh_ms = now_ms - 3 * job.update_time_ms;
+  std::map<std::string, double> best;  // by host
   for (const v1::LinkReport& l : links.All()) {
+    const std::string from = host(l.from_node_id()), to = host(l.to_node_id());
     // A link within a host never crosses its access link.
-    if (l.measured_unix_ms() < fresh_ms || host(l.from_node_id()) == host(l.to_node_id())) {
-      continue;
+    if (l.measured_unix_ms() < fresh_ms || from == to) continue;
+    for (const std::string* h : {&from, &to}) {
+      best[*h] = std::max(best[*h], l.throughput_bytes_per_second());
     }
-    in[l.to_node_id()] += l.throughput_bytes_per_second();
-    out[l.from_node_id()] += l.throughput_bytes_per_second();
   }
+  const int64_t from_ms = now_ms - std::max(job.update_time_ms, 2 * LinkTable::kHostWindowMs);
   std::vector<double> rate(servers, 0.0);
   for (size_t s = 0; s < servers; ++s) {
     const std::string h = host(job.servers[s]);
-    for (const auto* sums : {&in, &out}) {
-      for (const auto& [node, sum] : *sums) {
-        if (host(node) == h) rate[s] = std::max(rate[s], sum);
-      }
+    std::vector<std::string> nodes;
+    for (const auto& [node, of] : job.host_of) {
+      if (of == h) nodes.push_back(node);
     }
+    if (nodes.empty()) nodes.push_back(job.servers[s]);
+    rate[s] = std::max(best[h], links.PeakRate(nodes, from_ms, now_ms));
     if (rate[s] <= 0) {
-      *why = absl::StrCat("no link of ", job.servers[s], "'s host measured in the last ",
-                          3 * job.update_time_ms / 1000, " s");
-      return false;
+      return absl::UnavailableError(absl::StrCat("no link of ", job.servers[s],
+                                                 "'s host measured in the last ",
+                                                 3 * job.update_time_ms / 1000, " s"));
     }
+  }
+  return rate;
+}
+
+bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_t now_ms,
+                            v1::Policy* next, std::string* why) {
+  const int64_t chunks = job.num_chunks;
+  const size_t servers = job.servers.size();
+  absl::StatusOr<std::vector<double>> rate = HostRates(job, links, now_ms);
+  if (!rate.ok()) {
+    *why = std::string(rate.status().message());
+    return false;
   }
   // Measurement noise does not move chunks: only a host whose throughput
   // moved by more than update_rate since the plan in force was made.
@@ -345,7 +434,7 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
     double moved = 0;
     for (size_t s = 0; s < servers; ++s) {
       const double was = current_.server_throughput_bytes_per_second(int(s));
-      moved = std::max(moved, std::abs(rate[s] - was) / was);
+      moved = std::max(moved, std::abs((*rate)[s] - was) / was);
     }
     if (moved <= job.update_rate) {
       *why = absl::StrCat("kept version ", current_.version(), ": every psd's throughput within ",
@@ -353,7 +442,7 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
       return false;
     }
   }
-  absl::StatusOr<std::vector<double>> shares = PolicyShares(job.load_policy, rate);
+  absl::StatusOr<std::vector<double>> shares = PolicyShares(job.load_policy, *rate);
   if (!shares.ok()) {
     *why = std::string(shares.status().message());
     return false;
@@ -368,11 +457,11 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
       current_.server_chunks_size() == int(servers)) {
     const double was = PredictedTransfer(
         std::vector<int64_t>(current_.server_chunks().begin(), current_.server_chunks().end()),
-        rate);
-    const double will = PredictedTransfer(counts, rate);
+        *rate);
+    const double will = PredictedTransfer(counts, *rate);
     if (!(will * (1 + job.update_rate) < was)) {
       current_.clear_server_throughput_bytes_per_second();
-      for (double r : rate) current_.add_server_throughput_bytes_per_second(r);
+      for (double r : *rate) current_.add_server_throughput_bytes_per_second(r);
       *next->mutable_server_throughput_bytes_per_second() =
           current_.server_throughput_bytes_per_second();
       *why = absl::StrCat("kept version ", current_.version(),
@@ -403,7 +492,7 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   if (!update->issued || update->diff.chunks_moved == 0) {
     // About the same map: the new throughputs are its basis from now on.
     current_.clear_server_throughput_bytes_per_second();
-    for (double r : rate) current_.add_server_throughput_bytes_per_second(r);
+    for (double r : *rate) current_.add_server_throughput_bytes_per_second(r);
     *next->mutable_server_throughput_bytes_per_second() =
         current_.server_throughput_bytes_per_second();
     *why = absl::StrCat("kept version ", current_.version(), ": ", update->diff.chunks_moved,
@@ -412,7 +501,7 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   }
   next->set_changed_fraction(update->diff.rate);
   next->clear_server_throughput_bytes_per_second();
-  for (double r : rate) next->add_server_throughput_bytes_per_second(r);
+  for (double r : *rate) next->add_server_throughput_bytes_per_second(r);
   next->clear_server_chunks();
   for (int64_t c : counts) next->add_server_chunks(c);
   next->clear_chunk_server();

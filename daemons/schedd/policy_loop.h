@@ -42,10 +42,32 @@ class LinkTable {
   // received its newest report.
   std::vector<v1::LinkReport> All() const;
   const v1::LinkReport* Find(const std::string& from, const std::string& to) const;
-  void Clear() { links_.clear(); }
+  void Clear() {
+    links_.clear();
+    traffic_.clear();
+  }
+
+  // Node traffic (ReportLinksRequest.traffic) is kept on a grid of
+  // kTrafficBinMs bins of calendar time for kTrafficKeepMs.
+  static constexpr int64_t kTrafficBinMs = 50;
+  static constexpr int64_t kTrafficKeepMs = 60'000;
+  static constexpr int kTrafficBinsMax = 1024;  // per report
+  // A host's rate is read over windows this long: several round trips,
+  // and long enough that a shaper's burst allowance is a small part.
+  static constexpr int64_t kHostWindowMs = 200;
+  // Checks and records what `reporter` received per bin: its bins (of
+  // kTrafficBinMs; others are refused) replace what was held for their
+  // times. InvalidArgument says why not.
+  absl::Status RecordTraffic(const std::string& reporter, const v1::NodeTraffic& traffic,
+                             int64_t now_ms);
+  // The most bytes per second `nodes` received together in any
+  // kHostWindowMs within [from_ms, to_ms); 0 when none reported a byte.
+  double PeakRate(const std::vector<std::string>& nodes, int64_t from_ms, int64_t to_ms) const;
 
  private:
   std::map<std::pair<std::string, std::string>, v1::LinkReport> links_;
+  // By node: bytes by bin start (unix ms, a multiple of kTrafficBinMs).
+  std::map<std::string, std::map<int64_t, double>> traffic_;
 };
 
 // Chunk counts per server in proportion to `shares` (each >= 0, sum > 0),
@@ -107,6 +129,14 @@ struct PolicyJob {
   // even split.
   std::optional<v1::Policy> start;
 };
+
+// Each server's host throughput in bytes/s, for the load policies: the
+// fastest link into or out of its host's nodes measured in the last 3
+// update periods, or the most they received together in a short window
+// of the last period, whichever is larger. Unavailable while a server's
+// host has neither.
+absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTable& links,
+                                              int64_t now_ms);
 
 class PolicyLoop {
  public:

@@ -150,8 +150,8 @@ TEST_CASE("a psd's throughput is its host's: links of any node there count", "[p
   LinkTable links;
   PolicyLoop loop;
   loop.Tick(job, links, 0);
-  // A host's throughput: the most one of its nodes moved at once (the sum
-  // of its links in, or out); links within a host do not count.
+  // A host's throughput: the fastest link into or out of one of its
+  // nodes; links within a host do not count.
   REQUIRE(links.Record("w1", Link("p0", "w1", 1e6), 500).ok());
   REQUIRE(links.Record("p0", Link("w1", "p0", 3e6), 500).ok());
   REQUIRE(links.Record("p0", Link("w0", "p0", 90e6), 500).ok());  // within h0: not counted
@@ -160,11 +160,83 @@ TEST_CASE("a psd's throughput is its host's: links of any node there count", "[p
   REQUIRE(links.Record("w2", Link("p1", "w2", 2e6), 500).ok());
   std::optional<v1::Policy> plan = loop.Tick(job, links, 1000);
   REQUIRE(plan.has_value());
-  // h0: into p0 3 + 9 (w0's is within h0); h1: out of p1 5 + 2.
-  CHECK(plan->server_throughput_bytes_per_second(0) == 12e6);
-  CHECK(plan->server_throughput_bytes_per_second(1) == 7e6);
+  // h0: w2 -> p0; h1: p1 -> w0.
+  CHECK(plan->server_throughput_bytes_per_second(0) == 9e6);
+  CHECK(plan->server_throughput_bytes_per_second(1) == 5e6);
   CHECK(plan->server_chunks(0) == 6);
   CHECK(plan->server_chunks(1) == 4);
+}
+
+v1::NodeTraffic Traffic(int64_t first_ms, std::vector<uint64_t> bins) {
+  v1::NodeTraffic t;
+  t.set_first_bin_unix_ms(first_ms);
+  t.set_bin_ms(LinkTable::kTrafficBinMs);
+  for (uint64_t b : bins) t.add_in_bytes(b);
+  return t;
+}
+
+TEST_CASE("node traffic is checked, and a host's rate adds its nodes at each moment", "[policy]") {
+  LinkTable t;
+  const int64_t now = 100'000;
+  v1::NodeTraffic odd = Traffic(now - 1000, {1, 2});
+  odd.set_bin_ms(100);
+  CHECK(!t.RecordTraffic("p0", odd, now).ok());
+  CHECK(!t.RecordTraffic("p0", Traffic(now - 1000, std::vector<uint64_t>(1025, 1)), now).ok());
+  CHECK(!t.RecordTraffic("p0", Traffic(now - 200'000, {1}), now).ok());  // a clock far off
+  CHECK(!t.RecordTraffic("p0", Traffic(now + 61'000, {1}), now).ok());
+  CHECK(!t.RecordTraffic("p0", Traffic(now - 1000, {uint64_t(2e11)}), now).ok());
+  CHECK(t.PeakRate({"p0"}, now - 2000, now) == 0);  // nothing refused was kept
+
+  // p0 busy in the first 200 ms, w0 in the next: their host never
+  // carried both at once, so each moment counts only what ran then.
+  const int64_t at = now - 2000;
+  CHECK(t.RecordTraffic("p0", Traffic(at, {1000, 1000, 1000, 1000, 0, 0, 0, 0}), now).ok());
+  CHECK(t.RecordTraffic("w0", Traffic(at, {0, 0, 0, 0, 1000, 1000, 1000, 1000}), now).ok());
+  CHECK(t.PeakRate({"p0", "w0"}, at, now) == Approx(4000 / 0.2));
+  // Overlapping, they add up.
+  CHECK(t.RecordTraffic("w0", Traffic(at, {0, 0, 1000, 1000, 1000, 1000, 0, 0}), now).ok());
+  CHECK(t.PeakRate({"p0", "w0"}, at, now) == Approx(6000 / 0.2));
+  CHECK(t.PeakRate({"p0"}, at, now) == Approx(4000 / 0.2));
+  // A later report replaces the bins it covers (a flow counts when it
+  // ends, so the recent past is sent again), and a grid a few ms off
+  // snaps to schedd's.
+  CHECK(t.RecordTraffic("p0", Traffic(at + 7, {500, 500, 500, 500}), now).ok());
+  CHECK(t.PeakRate({"p0", "w0"}, at, now) == Approx(5000 / 0.2));
+  // Only windows within [from, to).
+  CHECK(t.PeakRate({"p0", "w0"}, at + 200, now) == Approx(2000 / 0.2));
+  CHECK(t.PeakRate({"p0", "w0"}, at, at + 150) == 0);
+  // A minute later it is gone.
+  CHECK(t.RecordTraffic("p1", Traffic(now + 61'000, {1}), now + 61'000).ok());
+  CHECK(t.PeakRate({"p0", "w0"}, 0, now + 61'000) == 0);
+}
+
+TEST_CASE("a saturated host reads what all its flows carried at once", "[policy]") {
+  PolicyJob job = TwoHostJob("job-3", 20);
+  job.host_of["w2"] = "h2";
+  LinkTable links;
+  PolicyLoop loop;
+  loop.Tick(job, links, 0);
+  // Each of h0's links shows its share of h0's link; h1 has a fast one.
+  REQUIRE(links.Record("p0", Link("w2", "p0", 0.4e6), 500).ok());
+  REQUIRE(links.Record("w0", Link("p1", "w0", 0.4e6), 500).ok());
+  REQUIRE(links.Record("p1", Link("w2", "p1", 2e6), 500).ok());
+  std::optional<v1::Policy> plan = loop.Tick(job, links, 1000);
+  REQUIRE(plan.has_value());
+  CHECK(plan->server_throughput_bytes_per_second(0) == 0.4e6);
+  CHECK(plan->server_chunks(0) == 3);
+  // h0's nodes report 1 MB/s together at their busiest: more than any
+  // of its links showed, and so its throughput.
+  const std::vector<uint64_t> busy = {25'000, 25'000, 25'000, 25'000};
+  REQUIRE(links.RecordTraffic("p0", Traffic(1200, busy), 1900).ok());
+  REQUIRE(links.RecordTraffic("w0", Traffic(1200, busy), 1900).ok());
+  // h1's traffic, below its fastest link, changes nothing there.
+  REQUIRE(links.RecordTraffic("p1", Traffic(1200, busy), 1900).ok());
+  plan = loop.Tick(job, links, 2000);
+  REQUIRE(plan.has_value());
+  CHECK(plan->server_throughput_bytes_per_second(0) == Approx(1e6));
+  CHECK(plan->server_throughput_bytes_per_second(1) == 2e6);
+  CHECK(plan->server_chunks(0) == 7);
+  CHECK(plan->server_chunks(1) == 13);
 }
 
 TEST_CASE("the predicted transfer is ADLB's slowest node", "[policy]") {

@@ -337,6 +337,10 @@ class Schedd::Service final : public v1::Scheduler::Service {
         absl::Status s = s_->links_.Record(req->node_id(), l, now);
         if (!s.ok() && st.ok()) st = ToGrpcStatus(s);  // the others are kept
       }
+      if (req->has_traffic()) {
+        absl::Status s = s_->links_.RecordTraffic(req->node_id(), req->traffic(), now);
+        if (!s.ok() && st.ok()) st = ToGrpcStatus(s);
+      }
     }
     s_->metrics_->Rpc("ReportLinks", st.error_code());
     return st;

@@ -186,6 +186,19 @@ absl::flat_hash_map<std::string, std::string> PeerNamesOf(const v1::JobAssignmen
   return names;
 }
 
+uint32_t DataIpOf(const v1::JobAssignment& a, const std::string& node_id) {
+  for (const auto* members : {&a.servers(), &a.workers()}) {
+    for (const v1::JobMember& m : *members) {
+      if (m.node_id() != node_id) continue;
+      absl::StatusOr<HostPort> hp = ParseHostPort(m.data_address());
+      if (!hp.ok()) return 0;
+      absl::StatusOr<transport::Peer> p = transport::ResolvePeer(*hp);
+      return p.ok() ? p->ip : 0;
+    }
+  }
+  return 0;
+}
+
 absl::StatusOr<std::vector<transport::Peer>> DataPeersOf(
     const google::protobuf::RepeatedPtrField<v1::JobMember>& members, bool live_only) {
   std::vector<transport::Peer> out;

@@ -80,6 +80,9 @@ absl::StatusOr<transport::Transport*> SelectJobTransport(const JobSpec& spec,
 
 // A job's members by data address: the peer labels of TransportMetrics.
 absl::flat_hash_map<std::string, std::string> PeerNamesOf(const v1::JobAssignment& a);
+// The IPv4 address (network byte order) of `node_id`'s data address in
+// the job; 0 when it is not a member or not numeric.
+uint32_t DataIpOf(const v1::JobAssignment& a, const std::string& node_id);
 
 // The data-plane peers of `members` in their order (servers: by index);
 // with `live_only`, those the assignment marks alive.

@@ -73,12 +73,20 @@ bool JobRunner::FillJobReport(v1::NodeJobReport* r) {
   return true;
 }
 
-void JobRunner::TakeLinkReports(const std::string& self, std::vector<v1::LinkReport>* out) {
+void JobRunner::TakeLinkReports(const std::string& self, v1::ReportLinksRequest* out) {
   absl::flat_hash_map<std::string, std::string> names;
   {
     absl::MutexLock lock(&mu_);
+    self_ = self;
     if (!has_job_ || !adaptive_) return;
     names = PeerNamesOf(current_);
+  }
+  NodeTraffic traffic;
+  if (meter_.TakeTraffic(kTrafficReportBins, &traffic)) {
+    v1::NodeTraffic* t = out->mutable_traffic();
+    t->set_first_bin_unix_ms(traffic.first_bin_unix_ms);
+    t->set_bin_ms(traffic.bin_ms);
+    t->mutable_in_bytes()->Assign(traffic.in_bytes.begin(), traffic.in_bytes.end());
   }
   std::vector<LinkSample> changed = meter_.TakeChanged();
   if (changed.empty()) return;
@@ -95,7 +103,7 @@ void JobRunner::TakeLinkReports(const std::string& self, std::vector<v1::LinkRep
     for (const transport::PeerEstimate& p : peers) {
       if (p.peer == s.from && p.rtprop_us > 0) l.set_rtt_ms(p.rtprop_us / 1e3);
     }
-    out->push_back(std::move(l));
+    *out->add_links() = std::move(l);
   }
 }
 
@@ -160,6 +168,10 @@ void JobRunner::Loop() {
     absl::StatusOr<JobSpec> spec = ParseJobSpec(a.spec_yaml(), a.job_id());
     // Links are measured afresh for each job (other peers, other paths).
     meter_.Reset();
+    {
+      absl::MutexLock lock(&mu_);
+      meter_.SetLocalIp(DataIpOf(a, self_));
+    }
     if (spec.ok()) {
       meter_.SetConfig(
           {uint64_t(spec->probe_chunk_bytes), uint32_t(spec->probe_chunk_num), spec->report_rate});

@@ -51,8 +51,10 @@ class JobRunner : public JobHandler {
   std::string ActiveJob() const;
   void OnJobAssignment(const v1::JobAssignment& assignment) final;
   // With an adaptive load_policy: the links into this node whose rate
-  // moved by more than the job's report_rate (link_meter.h).
-  void TakeLinkReports(const std::string& self, std::vector<v1::LinkReport>* out) final;
+  // moved by more than the job's report_rate, and the bytes it received
+  // per bin over the last kTrafficReportBins bins (link_meter.h).
+  void TakeLinkReports(const std::string& self, v1::ReportLinksRequest* out) final;
+  static constexpr uint64_t kTrafficReportBins = 160;
   // Measures the links into this node from the flows its job receives:
   // install it as the data plane mux's observer.
   LinkMeter& link_meter() { return meter_; }
@@ -98,6 +100,7 @@ class JobRunner : public JobHandler {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   std::string error_ ABSL_GUARDED_BY(mu_);
   bool adaptive_ ABSL_GUARDED_BY(mu_) = false;  // the running job reports its links
+  std::string self_ ABSL_GUARDED_BY(mu_);       // this node's id (TakeLinkReports)
 };
 
 }  // namespace hetps

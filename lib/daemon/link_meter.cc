@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 
 namespace hetps {
 
@@ -28,13 +29,59 @@ void LinkMeter::SetConfig(const LinkMeterConfig& config) {
   config_ = config;
 }
 
+// Evenly over [from_us, to_us], within the bins kept.
+void LinkMeter::Spread(uint64_t from_us, uint64_t to_us, double bytes) {
+  const uint64_t begin = traffic_end_ - kTrafficBins;  // the oldest bin kept
+  const double span = double(to_us - from_us);
+  for (uint64_t b = std::max(from_us / kTrafficBinUs, begin); b <= to_us / kTrafficBinUs; ++b) {
+    double part = 1.0;
+    if (span > 0) {
+      const double lo = std::max<double>(from_us, b * kTrafficBinUs);
+      const double hi = std::min<double>(to_us, (b + 1) * kTrafficBinUs);
+      part = std::max(0.0, hi - lo) / span;
+    }
+    traffic_[b - begin] += bytes * part;
+  }
+}
+
+void LinkMeter::AddTraffic(const transport::FlowResult& r, double wire) {
+  uint64_t last = r.last_us / kTrafficBinUs;
+  if (last + 1 > traffic_end_) {
+    // Slide the window forward to end at this flow's last bin.
+    const uint64_t add = last + 1 - traffic_end_;
+    if (add >= kTrafficBins || traffic_end_ == 0) {
+      traffic_.assign(kTrafficBins, 0.0);
+      last = std::max(last, kTrafficBins - 1);  // the window starts at bin 0 or later
+    } else {
+      for (uint64_t k = 0; k < add; ++k) {
+        traffic_.pop_front();
+        traffic_.push_back(0.0);
+      }
+    }
+    traffic_end_ = last + 1;
+  }
+  // Where the flow says when half of it was in, each half over its own
+  // time: a flow slowed by others for a while is not spread into the
+  // moments they left it the link.
+  const uint32_t half = (r.total_packets + 1) / 2;
+  if (r.mid_us > r.first_us && r.mid_us < r.last_us && r.received > half) {
+    const double head = wire * half / r.received;
+    Spread(r.first_us, r.mid_us, head);
+    Spread(r.mid_us, r.last_us, wire - head);
+  } else {
+    Spread(r.first_us, r.last_us, wire);
+  }
+  traffic_new_ = true;
+}
+
 void LinkMeter::OnFlow(const transport::Peer& from, const transport::FlowResult& r) {
-  if (r.received < 2 || r.last_us <= r.first_us) return;
-  absl::MutexLock lock(&mu_);
-  if (r.bytes < config_.probe_bytes) return;
+  if (r.received == 0 || r.last_us < r.first_us) return;
   // Bytes as the link carries them: each datagram's header and its IPv4
   // and UDP headers count, as a shaper counts them.
   const double wire = double(r.bytes) + double(r.received) * kPacketOverheadBytes;
+  absl::MutexLock lock(&mu_);
+  if (local_ip_ == 0 || from.ip != local_ip_) AddTraffic(r, wire);
+  if (r.received < 2 || r.last_us == r.first_us || r.bytes < config_.probe_bytes) return;
   const double per_packet = wire / r.received;
   const uint32_t half = (r.total_packets + 1) / 2;
   double rate;
@@ -83,9 +130,36 @@ std::vector<LinkSample> LinkMeter::All() const {
   return out;
 }
 
+bool LinkMeter::TakeTraffic(uint64_t bins, NodeTraffic* out) {
+  const int64_t now_unix_ms = absl::ToUnixMillis(clock_->Now());
+  const uint64_t now_us = clock_->MonotonicMicros();
+  absl::MutexLock lock(&mu_);
+  if (!traffic_new_) return false;
+  traffic_new_ = false;
+  bins = std::clamp<uint64_t>(bins, 1, kTrafficBins);
+  const uint64_t end = now_us / kTrafficBinUs + 1;  // the current bin is the last
+  const uint64_t first = end > bins ? end - bins : 0;
+  out->bin_ms = kTrafficBinUs / 1000;
+  out->first_bin_unix_ms = now_unix_ms - int64_t(now_us / 1000) + int64_t(first * out->bin_ms);
+  out->in_bytes.assign(end - first, 0);
+  const uint64_t begin = traffic_end_ - kTrafficBins;
+  for (uint64_t b = std::max(first, begin); b < std::min(end, traffic_end_); ++b) {
+    out->in_bytes[b - first] = static_cast<uint64_t>(traffic_[b - begin] + 0.5);
+  }
+  return true;
+}
+
+void LinkMeter::SetLocalIp(uint32_t ip) {
+  absl::MutexLock lock(&mu_);
+  local_ip_ = ip;
+}
+
 void LinkMeter::Reset() {
   absl::MutexLock lock(&mu_);
   links_.clear();
+  traffic_.clear();
+  traffic_end_ = 0;
+  traffic_new_ = false;
 }
 
 }  // namespace hetps

@@ -16,6 +16,12 @@
 // with other flows, or sent slower), never closer, so the largest is the
 // closest to what the link can carry. A link is reported again once it
 // moved by more than report_rate (REPORT_RATE).
+//
+// It also keeps what the node received per kTrafficBinUs, all senders
+// together (Traffic): a host's access link is shared by its nodes' flows,
+// and no single link's rate says what the host carried at once; schedd
+// adds the nodes of a host up bin by bin (docs/awareness.md, "Host
+// throughput").
 // Thread-safe.
 #ifndef HETPS_LIB_DAEMON_LINK_METER_H_
 #define HETPS_LIB_DAEMON_LINK_METER_H_
@@ -28,6 +34,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "lib/base/clock.h"
 #include "lib/transport/endpoint.h"
 #include "lib/transport/receiver_mux.h"
 
@@ -52,9 +59,24 @@ struct LinkSample {
   uint64_t updated_us = 0;  // the endpoint's clock at the latest probe
 };
 
+// Bytes received per bin, on calendar time.
+struct NodeTraffic {
+  int64_t first_bin_unix_ms = 0;
+  uint32_t bin_ms = 0;
+  std::vector<uint64_t> in_bytes;
+};
+
 class LinkMeter final : public transport::FlowObserver {
  public:
-  explicit LinkMeter(const LinkMeterConfig& config = {}) : config_(config) {}
+  static constexpr uint64_t kTrafficBinUs = 50'000;
+  // Bins kept: a flow is counted when it ends, into the bins it spanned,
+  // so reports repeat the recent past (Traffic) and flows up to this long
+  // are whole in some report.
+  static constexpr uint64_t kTrafficBins = 200;
+
+  // `clock`: the endpoint's, whose MonotonicMicros times the flows.
+  explicit LinkMeter(const LinkMeterConfig& config = {}, const Clock* clock = RealClock::Get())
+      : config_(config), clock_(clock) {}
   void SetConfig(const LinkMeterConfig& config);
 
   // A flow received from `from` ended (endpoint thread).
@@ -63,8 +85,16 @@ class LinkMeter final : public transport::FlowObserver {
   // report_rate since it was; each is marked reported.
   std::vector<LinkSample> TakeChanged();
   std::vector<LinkSample> All() const;
+  // The last `bins` (at most kTrafficBins) bins up to now, each flow's
+  // wire bytes spread evenly over its first to last arrival. False when
+  // no flow ended since the previous call.
+  bool TakeTraffic(uint64_t bins, NodeTraffic* out);
   // Forgets everything (a new job: other peers, other paths).
   void Reset();
+  // This node's data-plane IP (network byte order; 0: unknown): flows
+  // from it come from a node of the same host and never crossed the
+  // host's access link, so Traffic leaves them out.
+  void SetLocalIp(uint32_t ip);
 
  private:
   struct Link {
@@ -72,9 +102,18 @@ class LinkMeter final : public transport::FlowObserver {
     std::deque<std::pair<double, uint64_t>> recent;  // rate, flow bytes
     double reported = 0;                             // 0: never
   };
+  void AddTraffic(const transport::FlowResult& r, double wire) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Spread(uint64_t from_us, uint64_t to_us, double bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   mutable absl::Mutex mu_;
   LinkMeterConfig config_ ABSL_GUARDED_BY(mu_);
+  const Clock* const clock_;
   absl::flat_hash_map<transport::Peer, Link> links_ ABSL_GUARDED_BY(mu_);
+  // Wire bytes by bin (MonotonicMicros / kTrafficBinUs), the newest
+  // kTrafficBins.
+  std::deque<double> traffic_ ABSL_GUARDED_BY(mu_);
+  uint64_t traffic_end_ ABSL_GUARDED_BY(mu_) = 0;  // bin after traffic_.back()
+  bool traffic_new_ ABSL_GUARDED_BY(mu_) = false;
+  uint32_t local_ip_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace hetps

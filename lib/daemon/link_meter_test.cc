@@ -88,5 +88,61 @@ TEST_CASE("link meter settings are checked", "[links]") {
   CHECK(!ValidateLinkMeterConfig({65536, 4, 1.5}).ok());
 }
 
+TEST_CASE("a node's traffic: every flow's bytes over the bins it spanned", "[links]") {
+  FakeClock clock(absl::FromUnixMillis(1'700'000'000'000));
+  LinkMeter m({/*probe_bytes=*/100'000, /*probe_num=*/3, /*report_rate=*/0.1}, &clock);
+  NodeTraffic t;
+  CHECK(!m.TakeTraffic(10, &t));  // nothing received yet
+  const transport::Peer a{1, 1}, b{2, 2}, self{3, 3};
+  m.SetLocalIp(self.ip);
+  // The clock's MonotonicMicros starts at 1 s: bin 20 is [1 s, 1.05 s).
+  // 10 packets over 100 ms from bin 20's middle, and a flow too small
+  // to probe a link but counted here, both from other hosts; one from
+  // this node's own host, which never crosses its access link.
+  m.OnFlow(a, Flow(10'000, 10, 1'025'000, 1'125'000));
+  m.OnFlow(b, Flow(500, 1, 1'130'000, 1'130'000));
+  m.OnFlow(self, Flow(1'000'000, 100, 1'000'000, 1'100'000));
+  clock.Advance(absl::Milliseconds(140));  // now 1.14 s: bin 22 is the current one
+  REQUIRE(m.TakeTraffic(4, &t));
+  CHECK(t.bin_ms == 50);
+  // Bins 19..22; bin 19 starts 1.05 s before now on the calendar.
+  CHECK(t.first_bin_unix_ms == 1'700'000'000'000 + 140 - 1140 + 950);
+  const double wire = 10'000 + 10 * kPacketOverheadBytes;
+  REQUIRE(t.in_bytes.size() == 4);
+  CHECK(t.in_bytes[0] == 0);
+  CHECK(t.in_bytes[1] == uint64_t(wire / 4 + 0.5));  // 25 of its 100 ms
+  CHECK(t.in_bytes[2] == uint64_t(wire / 2 + 0.5));
+  CHECK(t.in_bytes[3] == uint64_t(wire / 4 + 500 + kPacketOverheadBytes + 0.5));
+  CHECK(!m.TakeTraffic(4, &t));  // nothing new since
+  // A flow much later slides the window: the old bins are gone.
+  m.OnFlow(a, Flow(1000, 1, 30'000'000, 30'000'000));
+  clock.Advance(absl::Seconds(29));
+  REQUIRE(m.TakeTraffic(LinkMeter::kTrafficBins + 5, &t));
+  REQUIRE(t.in_bytes.size() == LinkMeter::kTrafficBins);
+  uint64_t total = 0;
+  for (uint64_t v : t.in_bytes) total += v;
+  CHECK(total == 1000 + kPacketOverheadBytes);
+  m.Reset();
+  CHECK(!m.TakeTraffic(4, &t));
+}
+
+TEST_CASE("a node's traffic: each half of a flow over its own time", "[links]") {
+  FakeClock clock(absl::FromUnixMillis(1'700'000'000'000));
+  LinkMeter m({}, &clock);
+  // Half the packets in the first 10 ms, the rest over the next 90 ms
+  // (others took the link meanwhile): bin 20 [1 s, 1.05 s) holds the
+  // first half and 40/90 of the second, bin 21 the other 50/90.
+  transport::FlowResult r = Flow(10'000, 10, 1'000'000, 1'100'000);
+  r.mid_us = 1'010'000;
+  m.OnFlow({1, 1}, r);
+  clock.Advance(absl::Milliseconds(60));  // now 1.06 s: bin 21
+  NodeTraffic t;
+  REQUIRE(m.TakeTraffic(2, &t));
+  const double wire = 10'000 + 10 * kPacketOverheadBytes;
+  REQUIRE(t.in_bytes.size() == 2);
+  CHECK(t.in_bytes[0] == uint64_t(wire / 2 + wire / 2 * 40 / 90 + 0.5));
+  CHECK(t.in_bytes[1] == uint64_t(wire / 2 * 50 / 90 + 0.5));
+}
+
 }  // namespace
 }  // namespace hetps

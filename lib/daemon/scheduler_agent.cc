@@ -155,12 +155,10 @@ bool SchedulerAgent::HeartbeatOnce() {
 }
 
 void SchedulerAgent::ReportLinks() {
-  std::vector<v1::LinkReport> links;
-  jobs_->TakeLinkReports(runtime_->node_id(), &links);
-  if (links.empty()) return;
   v1::ReportLinksRequest req;
+  jobs_->TakeLinkReports(runtime_->node_id(), &req);
+  if (req.links().empty() && !req.has_traffic()) return;
   req.set_node_id(runtime_->node_id());
-  for (v1::LinkReport& l : links) *req.add_links() = std::move(l);
   v1::ReportLinksResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx, absl::Milliseconds(config_.rpc_timeout_ms));

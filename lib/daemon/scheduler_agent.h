@@ -31,8 +31,8 @@ class JobHandler {
   // An assignment from a heartbeat response (agent thread). Must not block.
   virtual void OnJobAssignment(const v1::JobAssignment& assignment) = 0;
   // After each heartbeat (agent thread): links into this node (`self`)
-  // to report to schedd (ReportLinks); none by default.
-  virtual void TakeLinkReports(const std::string& self, std::vector<v1::LinkReport>* out) {}
+  // and its traffic to report to schedd (ReportLinks); none by default.
+  virtual void TakeLinkReports(const std::string& self, v1::ReportLinksRequest* out) {}
 };
 
 class SchedulerAgent {
