@@ -74,7 +74,7 @@ struct JobSpec {
   double report_rate = 0.1;    // REPORT_RATE: a link is reported again when it moved this much
   int64_t probe_chunk_bytes = 64 << 10;  // PROBE_CHUNK_SIZE: smaller flows are not probes
   int64_t probe_chunk_num = 4;           // PROBE_CHUNK_NUM: probes per link estimate (the largest)
-  int64_t plan_lead_rounds = 2;          // a plan starts this many rounds after psd 0 announces it
+  int64_t plan_lead_rounds = 1;          // a plan starts this many rounds after psd 0 announces it
   // Batch per worker (docs/plan.md): equal (batch_size each, fixed), or
   // wlbs: schedd splits the global batch (workers x batch_size) in
   // proportion to each worker's measured compute speed, each at most

@@ -89,7 +89,7 @@ struct ShardServerConfig {
   // round it is announced in, so the announcement reaches every node
   // before anyone needs it (a late one costs a re-opened round, not
   // correctness).
-  uint32_t plan_lead = 2;
+  uint32_t plan_lead = 1;
   // The transport it creates when none is shared: UDP (reliable and ltp
   // jobs) or kernel TCP (tcp jobs).
   transport::TransportKind transport = transport::TransportKind::kUdp;
