@@ -423,6 +423,17 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
                             v1::Policy* next, std::string* why) {
   const int64_t chunks = job.num_chunks;
   const size_t servers = job.servers.size();
+  // A new map holds two update periods: its first rounds wait for the
+  // chunks that move and are no measure of it, and readings taken while
+  // they run made a second and third map within seconds of the first
+  // after a rate change, each costing its own slow switch.
+  const int64_t held_ms = now_ms - current_.issued_unix_ms();
+  if (current_.version() > 1 && current_.changed_fraction() > 0 &&
+      held_ms < 2 * job.update_time_ms) {
+    *why = absl::StrCat("kept version ", current_.version(), ": issued ", held_ms / 1000.0,
+                        " s ago, a map holds at least 2 update periods");
+    return false;
+  }
   absl::StatusOr<std::vector<double>> rate = HostRates(job, links, now_ms);
   if (!rate.ok()) {
     *why = std::string(rate.status().message());

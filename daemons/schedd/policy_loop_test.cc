@@ -227,11 +227,14 @@ TEST_CASE("a saturated host reads what all its flows carried at once", "[policy]
   // h0's nodes report 1 MB/s together at their busiest: more than any
   // of its links showed, and so its throughput.
   const std::vector<uint64_t> busy = {25'000, 25'000, 25'000, 25'000};
-  REQUIRE(links.RecordTraffic("p0", Traffic(1200, busy), 1900).ok());
-  REQUIRE(links.RecordTraffic("w0", Traffic(1200, busy), 1900).ok());
+  REQUIRE(links.RecordTraffic("p0", Traffic(2200, busy), 2900).ok());
+  REQUIRE(links.RecordTraffic("w0", Traffic(2200, busy), 2900).ok());
   // h1's traffic, below its fastest link, changes nothing there.
-  REQUIRE(links.RecordTraffic("p1", Traffic(1200, busy), 1900).ok());
-  plan = loop.Tick(job, links, 2000);
+  REQUIRE(links.RecordTraffic("p1", Traffic(2200, busy), 2900).ok());
+  // The map of a period ago holds another period, whatever was measured.
+  CHECK(!loop.Tick(job, links, 2000));
+  CHECK(loop.last_decision().find("holds at least 2 update periods") != std::string::npos);
+  plan = loop.Tick(job, links, 3000);
   REQUIRE(plan.has_value());
   CHECK(plan->server_throughput_bytes_per_second(0) == Approx(1e6));
   CHECK(plan->server_throughput_bytes_per_second(1) == 2e6);
