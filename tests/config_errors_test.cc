@@ -149,7 +149,7 @@ TEST_CASE("--print-config shows flag > file > default and exits 0") {
   REQUIRE(r.exit_code == 0);
   CHECK(r.stdout_text.find("heartbeat_interval_ms: 250  # file") != std::string::npos);
   CHECK(r.stdout_text.find("log_level: \"debug\"  # flag") != std::string::npos);
-  CHECK(r.stdout_text.find("dead_after_missed_heartbeats: 3  # default") != std::string::npos);
+  CHECK(r.stdout_text.find("dead_after_missed_heartbeats: 10  # default") != std::string::npos);
   ProcessResult help = RunCommand({Binary("workerd"), "--help"});
   CHECK(help.exit_code == 0);
   CHECK(help.stdout_text.find("--scheduler") != std::string::npos);

@@ -34,7 +34,7 @@ struct ScheddConfig {
     return c;
   }();
   int64_t heartbeat_interval_ms = 500;
-  int64_t dead_after_missed_heartbeats = 3;
+  int64_t dead_after_missed_heartbeats = 10;
   int64_t watch_queue_max = 1024;
   int64_t nodes_max = 10000;
   std::string state_dir;  // empty: in memory only

@@ -81,7 +81,10 @@ absl::Status LocalCluster::Launch(const std::string& daemon, const std::string& 
 }
 
 absl::Status LocalCluster::StartSchedd(const std::vector<std::string>& extra_flags) {
-  schedd_flags_ = {absl::StrCat("--heartbeat_interval_ms=", heartbeat_interval_ms_)};
+  // A loopback cluster: 3 silent intervals is death here, as the tests
+  // that kill nodes expect (the default, 10, is for WAN links).
+  schedd_flags_ = {absl::StrCat("--heartbeat_interval_ms=", heartbeat_interval_ms_),
+                   "--dead_after_missed_heartbeats=3"};
   schedd_flags_.insert(schedd_flags_.end(), extra_flags.begin(), extra_flags.end());
   absl::Status s = Launch("schedd", "schedd", schedd_flags_);
   if (s.ok()) schedd_address_ = nodes_["schedd"].control_address;
