@@ -341,8 +341,8 @@ for k, (t, rates) in enumerate(changes):
         if all(window[j][1] <= 1.1 * settled for j in range(i, i + 3)):
             took = (window[i][0] - t) / 1e6
             break
-    # Rounds vary by 10-20% at steady state on this 2-core machine, so 3
-    # in a row within 10% can take several rounds of luck; and they may
+    # Steady-state rounds vary by more than 10% from one to the next, so
+    # 3 in a row within 10% can take several rounds of luck; and they may
     # meet it before the change has slowed them at all. "Stays in": from
     # the first round after which the median of every 5 consecutive
     # rounds, up to the period's second half, is within 10% of settled.

@@ -388,8 +388,9 @@ absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTa
   //   last period (LinkTable::PeakRate): flows that shared the host's
   //   link at one moment, counted together; what a saturated host
   //   carries, where each of its links shows only its share.
-  // Adding link rates up instead (the rates into one node) adds moments
-  // apart and read a 10 Mbit/s host at up to 31.
+  // Adding link rates up instead (the rates into one node) adds maxima
+  // of different moments, which is no bound at all: it reads a saturated
+  // host above its link.
   const int64_t fresh_ms = now_ms - 3 * job.update_time_ms;
   std::map<std::string, double> best;  // by host
   for (const v1::LinkReport& l : links.All()) {
@@ -424,9 +425,9 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   const int64_t chunks = job.num_chunks;
   const size_t servers = job.servers.size();
   // A new map holds two update periods: its first rounds wait for the
-  // chunks that move and are no measure of it, and readings taken while
-  // they run made a second and third map within seconds of the first
-  // after a rate change, each costing its own slow switch.
+  // chunks that move and are no measure of it. Readings taken meanwhile
+  // describe the change, not the map, and each map made from them costs
+  // its own slow first round.
   const int64_t held_ms = now_ms - current_.issued_unix_ms();
   if (current_.version() > 1 && current_.changed_fraction() > 0 &&
       held_ms < 2 * job.update_time_ms) {

@@ -144,12 +144,21 @@ TEST_CASE("the policy loop issues a plan when the links say so, and not for nois
   CHECK(loop.current().worker_batches(0).resume_samples() == 0);
 }
 
-TEST_CASE("a psd's throughput is its host's: links of any node there count", "[policy]") {
-  PolicyJob job = TwoHostJob("job-2", 10);
-  job.host_of["w2"] = "h2";
+// TwoHostJob and a third host with only a worker (w2), the loop past
+// its first tick (version 1, the even split).
+struct ThreeHosts {
+  ThreeHosts(const std::string& id, int64_t chunks) : job(TwoHostJob(id, chunks)) {
+    job.host_of["w2"] = "h2";
+    loop.Tick(job, links, 0);
+  }
+  PolicyJob job;
   LinkTable links;
   PolicyLoop loop;
-  loop.Tick(job, links, 0);
+};
+
+TEST_CASE("a psd's throughput is its host's: links of any node there count", "[policy]") {
+  ThreeHosts h("job-2", 10);
+  auto& [job, links, loop] = h;
   // A host's throughput: the fastest link into or out of one of its
   // nodes; links within a host do not count.
   REQUIRE(links.Record("w1", Link("p0", "w1", 1e6), 500).ok());
@@ -211,11 +220,8 @@ TEST_CASE("node traffic is checked, and a host's rate adds its nodes at each mom
 }
 
 TEST_CASE("a saturated host reads what all its flows carried at once", "[policy]") {
-  PolicyJob job = TwoHostJob("job-3", 20);
-  job.host_of["w2"] = "h2";
-  LinkTable links;
-  PolicyLoop loop;
-  loop.Tick(job, links, 0);
+  ThreeHosts h("job-3", 20);
+  auto& [job, links, loop] = h;
   // Each of h0's links shows its share of h0's link; h1 has a fast one.
   REQUIRE(links.Record("p0", Link("w2", "p0", 0.4e6), 500).ok());
   REQUIRE(links.Record("w0", Link("p1", "w0", 0.4e6), 500).ok());
