@@ -143,18 +143,34 @@ std::vector<int64_t> ChunkCounts(const std::vector<double>& shares, int64_t chun
   return counts;
 }
 
-std::vector<int64_t> WithProbes(std::vector<int64_t> counts, int64_t probe) {
-  int64_t total = 0;
+std::vector<int64_t> WithProbes(std::vector<int64_t> counts, const std::vector<int64_t>& probe) {
+  int64_t total = 0, probes = 0;
   for (int64_t c : counts) total += c;
-  if (probe < 1 || total < int64_t(counts.size()) * probe) return counts;
+  for (int64_t p : probe) probes += std::max<int64_t>(p, 0);
+  if (probe.size() != counts.size() || probes == 0 || total < probes) return counts;
   for (size_t i = 0; i < counts.size(); ++i) {
-    while (counts[i] < probe) {
+    while (counts[i] < probe[i]) {
       // From the server with the most (the first of them).
       *std::max_element(counts.begin(), counts.end()) -= 1;
       ++counts[i];
     }
   }
   return counts;
+}
+
+std::vector<int64_t> ProbeChunks(const PolicyJob& job) {
+  auto host = [&](const std::string& node) {
+    auto it = job.host_of.find(node);
+    return it != job.host_of.end() ? it->second : node;
+  };
+  std::vector<int64_t> probe(job.servers.size(), job.probe_chunks);
+  for (size_t s = 0; s < job.servers.size(); ++s) {
+    const std::string h = host(job.servers[s]);
+    for (const std::string& w : job.workers) {
+      if (host(w) == h && !job.gone.count(w)) probe[s] = 0;
+    }
+  }
+  return probe;
 }
 
 absl::StatusOr<std::vector<double>> PolicyShares(const std::string& load_policy,
@@ -459,7 +475,7 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
     *why = std::string(shares.status().message());
     return false;
   }
-  const std::vector<int64_t> counts = WithProbes(ChunkCounts(*shares, chunks), job.probe_chunks);
+  const std::vector<int64_t> counts = WithProbes(ChunkCounts(*shares, chunks), ProbeChunks(job));
   // ADLB's own cost model decides whether a new map pays: a fast host is
   // only ever measured as fast as its slower peers let it move (its
   // estimate follows the plan), so its throughput swings without any

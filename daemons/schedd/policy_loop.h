@@ -75,11 +75,21 @@ class LinkTable {
 // index). O(S log S).
 std::vector<int64_t> ChunkCounts(const std::vector<double>& shares, int64_t chunks);
 
-// ADLB Algorithm 2's probe slices in chunks: a server given fewer than
-// `probe` takes the rest from the servers with the most, one at a time,
+// ADLB Algorithm 2's probe slices in chunks: server i given fewer than
+// probe[i] takes the rest from the servers with the most, one at a time,
 // so its links keep carrying flows large enough to measure (when there
-// are enough chunks for every server). O(S^2 probe) worst case.
-std::vector<int64_t> WithProbes(std::vector<int64_t> counts, int64_t probe = 1);
+// are enough chunks for every probe). O(S^2 probe) worst case.
+std::vector<int64_t> WithProbes(std::vector<int64_t> counts, const std::vector<int64_t>& probe);
+
+struct PolicyJob;
+// The probe slice each server needs: job.probe_chunks, or none for a psd
+// whose host also runs one of the job's workers. ADLB probes every
+// worker-server pair; here a host's throughput is measured from all its
+// nodes (HostRates), and that worker's push and pull cross the same
+// access link every round, far above probe_chunk_bytes. A slice kept
+// only to be measured costs the slowest host its broadcast to every
+// worker each round. O(S W).
+std::vector<int64_t> ProbeChunks(const PolicyJob& job);
 
 // The shares of `load_policy` (elastic, adlb-alg1, adlb) for servers of
 // these throughputs (bytes/s, each > 0), as fractions of the model.

@@ -30,12 +30,29 @@ TEST_CASE("chunk counts follow the shares and sum to the chunks", "[policy]") {
   CHECK(ChunkCounts({0.5, 0.25, 0.25}, 7) == std::vector<int64_t>{3, 2, 2});
   CHECK(ChunkCounts({0, 1}, 5) == std::vector<int64_t>{0, 5});
   CHECK(ChunkCounts({0, 0}, 5) == std::vector<int64_t>{0, 0});
-  CHECK(WithProbes({0, 5, 3}) == std::vector<int64_t>{1, 4, 3});
-  CHECK(WithProbes({0, 1}) == std::vector<int64_t>{0, 1});  // 1 chunk, 2 servers: as it is
-  CHECK(WithProbes({0, 0, 3}) == std::vector<int64_t>{1, 1, 1});
-  CHECK(WithProbes({0, 5, 3}, 2) == std::vector<int64_t>{2, 3, 3});
-  CHECK(WithProbes({0, 6}, 3) == std::vector<int64_t>{3, 3});
-  CHECK(WithProbes({0, 5}, 3) == std::vector<int64_t>{0, 5});  // not enough for both
+  using V = std::vector<int64_t>;
+  CHECK(WithProbes({0, 5, 3}, {1, 1, 1}) == V{1, 4, 3});
+  CHECK(WithProbes({0, 1}, {1, 1}) == V{0, 1});  // 1 chunk, 2 servers: as it is
+  CHECK(WithProbes({0, 0, 3}, {1, 1, 1}) == V{1, 1, 1});
+  CHECK(WithProbes({0, 5, 3}, {2, 2, 2}) == V{2, 3, 3});
+  CHECK(WithProbes({0, 6}, {3, 3}) == V{3, 3});
+  CHECK(WithProbes({0, 5}, {3, 3}) == V{0, 5});           // not enough for both
+  CHECK(WithProbes({0, 0, 5}, {0, 2, 2}) == V{0, 2, 3});  // server 0 needs none
+}
+
+// A psd shares its host with one of the job's workers: that worker's
+// flows measure the host, so the psd needs no probe slice; a psd alone
+// on its host (or beside a worker that left) keeps job.probe_chunks.
+TEST_CASE("probe slices only where no worker of the job measures the host", "[policy]") {
+  PolicyJob job = TwoHostJob("j", 8);
+  job.workers = {"w0", "w1"};
+  job.probe_chunks = 3;
+  CHECK(ProbeChunks(job) == std::vector<int64_t>{0, 0});
+  job.servers.push_back("p2");
+  job.host_of["p2"] = "h2";
+  CHECK(ProbeChunks(job) == std::vector<int64_t>{0, 0, 3});
+  job.gone.insert("w1");
+  CHECK(ProbeChunks(job) == std::vector<int64_t>{0, 3, 3});
 }
 
 TEST_CASE("the link table checks what a node reports", "[policy]") {
