@@ -313,6 +313,15 @@ TransportMetrics::TransportMetrics(prometheus::Registry& r, const std::string& p
                "round (a loss-based competitor keeps the bottleneck queue full).")
            .Register(r)
            .Add({});
+  cap_lift_rounds_ =
+      &prometheus::BuildCounter()
+           .Name(p + "_data_cap_lift_rounds_total")
+           .Help(
+               "Rounds in which a flow held below its rate by a receiver's fair share, with no "
+               "queue and no loss on its path, raised the share's ceiling (the share was made "
+               "from an ingress measured too low).")
+           .Register(r)
+           .Add({});
   startup_restarts_ =
       &prometheus::BuildCounter()
            .Name(p + "_data_startup_restarts_total")
@@ -398,6 +407,7 @@ void TransportMetrics::Update(const transport::EndpointStats& s) {
   AdvanceCounter(losses_timeout_, s.losses_timeout, &last_.losses_timeout);
   AdvanceCounter(losses_spurious_, s.losses_spurious, &last_.losses_spurious);
   AdvanceCounter(startup_restarts_, s.startup_restarts, &last_.startup_restarts);
+  AdvanceCounter(cap_lift_rounds_, s.cap_lift_rounds, &last_.cap_lift_rounds);
   ingress_->Set(static_cast<double>(s.ingress_bps) / 8);
   for (size_t i = 0; i < size_t(transport::CloseReason::kCount); ++i) {
     AdvanceCounter(lossy_closes_[i], s.lossy_closes[i], &last_.lossy_closes[i]);

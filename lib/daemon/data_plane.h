@@ -122,7 +122,7 @@ class TransportMetrics {
   prometheus::Counter *datagrams_sent_, *datagrams_received_, *bytes_sent_, *bytes_received_,
       *retransmissions_, *flows_sent_, *flows_received_, *deferred_retransmissions_,
       *packets_missing_, *congestion_rounds_, *standing_queue_rounds_, *startup_restarts_,
-      *undone_rounds_, *losses_timeout_, *losses_spurious_;
+      *cap_lift_rounds_, *undone_rounds_, *losses_timeout_, *losses_spurious_;
   std::vector<prometheus::Counter*> lossy_closes_;  // by CloseReason
   std::vector<prometheus::Counter*> drops_;         // by DropReason
   prometheus::Family<prometheus::Gauge>* btlbw_;

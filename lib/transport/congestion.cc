@@ -24,6 +24,9 @@ constexpr uint64_t kRestartRoundsMax = 64 * kRestartRounds;
 // Rounds in a row the cap must leave room before a restart: a cap that
 // jumps for a moment (the shares are measured over 50 ms bins) is no room.
 constexpr uint32_t kRoomRounds = 2;
+// Cap lift: the ceiling's step per round, and its most over the share.
+constexpr double kCapLiftStep = 1.25;
+constexpr double kCapLiftMax = 32;
 
 }  // namespace
 
@@ -100,6 +103,7 @@ void CongestionControl::OnAck(uint64_t now_us, uint32_t bytes, const SendSample&
     cycle_start_us_ = now_us;
   }
 
+  if (rate_cap_bps_ > 0 && ModelRate() > CapCeiling()) round_cap_bound_ = true;
   round_delivered_bytes_ += bytes;
   if (sample.delivered_bytes >= next_round_delivered_) {
     next_round_delivered_ = delivered_;
@@ -130,6 +134,7 @@ void CongestionControl::SetRateCap(uint64_t bps) {
   }
   // Lifted: this flow is now alone at the receiver and at the sender.
   const bool lifted = bps == 0 && rate_cap_bps_ > 0;
+  if (bps == 0) cap_lift_ = 1;
   rate_cap_bps_ = bps;
   round_cap_min_ = std::min(round_cap_min_, bps == 0 ? UINT64_MAX : bps);
   if (lifted) MaybeRestart(RestartCause::kLifted);
@@ -200,6 +205,17 @@ void CongestionControl::EndRound(uint64_t now_us) {
     unarmed_rounds_ = drained ? 0 : unarmed_rounds_ - 1;
   }
   if (congested && !over_threshold) ++standing_queue_rounds_;
+  // Cap lift: held by the cap on a path with room, or not.
+  if (config_.cap_lift && rate_cap_bps_ > 0 && rtprop_us_ > 0 && round_min_rtt_us_ != UINT32_MAX) {
+    const bool queued = round_min_rtt_us_ > rtprop_us_ + queue_us;
+    if (queued || round_lost_packets_ > 0) {
+      cap_lift_ = std::max(1.0, cap_lift_ / kCapLiftStep);
+    } else if (round_cap_bound_ && !startup_) {
+      cap_lift_ = std::min(kCapLiftMax, cap_lift_ * kCapLiftStep);
+      ++cap_lift_rounds_;
+    }
+  }
+  round_cap_bound_ = false;
   // Room: the cap stayed well above BtlBw all round.
   const bool room =
       rate_cap_bps_ > 0 && !congested && double(round_cap_min_) >= kRoomRatio * double(btlbw_bps_);
@@ -242,13 +258,20 @@ void CongestionControl::EndRound(uint64_t now_us) {
   if (room_rounds_ >= kRoomRounds) MaybeRestart(RestartCause::kRoom);
 }
 
+uint64_t CongestionControl::ModelRate() const {
+  if (btlbw_bps_ == 0) return config_.initial_rate_bps;
+  const double gain = startup_ ? kStartupGain : kCycleGains[cycle_index_];
+  return static_cast<uint64_t>(gain * static_cast<double>(btlbw_bps_));
+}
+
+uint64_t CongestionControl::CapCeiling() const {
+  const double cap_gain = startup_ ? (restart_from_bps_ > 0 ? 1.0 : kCapStartupGain) : kCapHeadroom;
+  return static_cast<uint64_t>(cap_gain * cap_lift_ * static_cast<double>(rate_cap_bps_));
+}
+
 uint64_t CongestionControl::pacing_rate_bps() const {
   if (unpaced()) return config_.rate_bps_max;
-  uint64_t rate = config_.initial_rate_bps;
-  if (btlbw_bps_ > 0) {
-    const double gain = startup_ ? kStartupGain : kCycleGains[cycle_index_];
-    rate = static_cast<uint64_t>(gain * static_cast<double>(btlbw_bps_));
-  }
+  uint64_t rate = ModelRate();
   if (rate_cap_bps_ > 0) {
     // A restart under a cap climbs to the share, not past it: the others
     // are at theirs (a first startup probes at 1.25). After startup the
@@ -256,10 +279,9 @@ uint64_t CongestionControl::pacing_rate_bps() const {
     // paces it: with the cap times the cycle's gain, the flows sat at a
     // share of what they had achieved (C is measured, not known), and
     // one flow probing at a time could not lift C (psd's pull held at
-    // 68 Mbit/s on a 100 Mbit/s link).
-    const double cap_gain =
-        startup_ ? (restart_from_bps_ > 0 ? 1.0 : kCapStartupGain) : kCapHeadroom;
-    rate = std::min(rate, static_cast<uint64_t>(cap_gain * static_cast<double>(rate_cap_bps_)));
+    // 68 Mbit/s on a 100 Mbit/s link). The ceiling also carries the
+    // cap lift (congestion.h).
+    rate = std::min(rate, CapCeiling());
     // The share as a floor: the receiver's word that there is room. When
     // the others finish, the gain cycle's one 1.25 probe per 8 rounds took
     // the last flows of a push from a 1/8 share to the link in ~1 s while

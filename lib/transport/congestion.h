@@ -41,6 +41,21 @@
 // congestion cut in force, a flow whose R is 1.25 x its BtlBw or more
 // paces at R (the bottleneck owner's word that there is room).
 //
+// Cap lift (ours). The share's C is measured from what the flows
+// achieved, over busy spans: a receiver whose flows were slow for another
+// reason (a slow sender, a plan switch) reads a low C, its shares hold the
+// flows at it, and they keep its bins busy at that rate, while a fast
+// link's short bursts leave none busy to correct it; the 1.25 headroom
+// lifts C by a quarter per measured span, about a second each. The
+// sender sees what the receiver cannot: a round in which the cap held
+// the flow below its model's rate, with no loss and no queue on the path
+// (its smallest RTT within the standing-queue margin of RTprop), had
+// room the share did not give. Each such round raises the ceiling by
+// 1.25 (up to kCapLiftMax); a round with a queue or a loss lowers it by
+// the same step, and a lifted or new flow's cap starts at 1. Where the
+// share is right the shared link is full and a queue stands, so the
+// ceiling stays at the share.
+//
 // Room (ours). The max-filtered BtlBw only grows by the 1.25 probe once
 // per 8-round cycle: a flow that ran at a small share and is now alone
 // would take many cycles to fill the link. So when the cap stays at 1.5 x
@@ -110,6 +125,8 @@ struct CongestionConfig {
   // Room (see above): back to startup when the fair-share cap leaves room
   // or after an idle gap; false turns it off.
   bool room_restart = true;
+  // Cap lift (see above); false: the cap's ceiling stays 1.25 x the share.
+  bool cap_lift = true;
   // Unpaced paths (see above); 0: every path is paced.
   uint32_t unpaced_rtprop_us = 500;
   // Fair share over the sender's own egress (the endpoint's SetRateCaps):
@@ -167,6 +184,10 @@ class CongestionControl {
   uint64_t rounds() const { return rounds_; }
   // Returns to startup: the fair-share cap left room, or an idle restart.
   uint64_t startup_restarts() const { return startup_restarts_; }
+  // Rounds that raised the cap's ceiling (Cap lift, above), and the
+  // ceiling's factor now.
+  uint64_t cap_lift_rounds() const { return cap_lift_rounds_; }
+  double cap_lift() const { return cap_lift_; }
   uint64_t congestion_rounds() const { return congestion_rounds_; }
   // Of those, the rounds that counted only because a queue stood.
   uint64_t standing_queue_rounds() const { return standing_queue_rounds_; }
@@ -176,6 +197,9 @@ class CongestionControl {
  private:
   CongestionConfig config_;
   uint64_t rate_cap_bps_ = 0;
+  double cap_lift_ = 1;           // Cap lift (above)
+  bool round_cap_bound_ = false;  // the cap held the pacing rate this round
+  uint64_t cap_lift_rounds_ = 0;
   uint64_t delivered_ = 0;
   uint64_t delivered_us_ = 0;
   uint64_t first_sent_us_ = 0;  // send time of the packet acknowledged last
@@ -225,6 +249,8 @@ class CongestionControl {
   uint32_t rounds_since_congestion_ = 0;
 
   uint64_t ModelCwnd() const;
+  uint64_t ModelRate() const;   // gain x BtlBw (before any sample: the initial rate)
+  uint64_t CapCeiling() const;  // the most the cap lets it pace at
   void ExitStartup(uint64_t now_us);
   enum class RestartCause { kIdle, kLifted, kRoom };
   void MaybeRestart(RestartCause cause);

@@ -96,6 +96,7 @@ TEST_CASE("a fair-share cap that rises or is lifted fills the room", "[congestio
   const bool lifted = GENERATE(true, false);
   CongestionConfig c;
   c.cwnd_packets_min = 8;
+  c.cap_lift = false;  // a cap alone on its path: the lift (tested below) would raise it
   CongestionControl cc(c);
   Sender sender{cc, Path{100'000'000, 20'000}};
   cc.SetRateCap(12'500'000);
@@ -123,6 +124,55 @@ TEST_CASE("a fair-share cap that rises or is lifted fills the room", "[congestio
   cc.SetRateCap(40'000'000);
   cc.SetRateCap(45'000'000);
   CHECK(cc.startup_restarts() == before);
+}
+
+// Cap lift (congestion.h): a receiver that measured its ingress while its
+// flows were slow advertises a share of 1.3 Mbit/s on a 25 Mbit/s path.
+// The cap holds the flow, and no queue forms: each such round raises the
+// ceiling, and the flow stays near its path's rate. With
+// a standing queue on the path the ceiling stays at the share.
+TEST_CASE("a cap that holds a flow on a path with room is lifted", "[congestion]") {
+  // Alone on a 25 Mbit/s, 20 ms path for 2 s, then capped at 1.3 Mbit/s.
+  auto trapped = [](CongestionControl& cc) {
+    Sender s{cc, Path{25'000'000, 20'000}};
+    s.RunUntil(2'000'000);
+    REQUIRE(cc.btlbw_bps() > 22'000'000);
+    cc.SetRateCap(1'300'000);
+    INFO("paced at " << cc.pacing_rate_bps() << " under the cap");
+    CHECK(cc.pacing_rate_bps() < 2'000'000);
+    return s;
+  };
+  CongestionConfig c;
+  c.cwnd_packets_min = 8;
+  CongestionControl cc(c);
+  Sender sender = trapped(cc);
+  sender.RunUntil(sender.now + 3'000'000);  // past BtlBw's max filter
+  INFO("after 3 s: btlbw " << cc.btlbw_bps() << ", lift " << cc.cap_lift() << " after "
+                           << cc.cap_lift_rounds() << " rounds");
+  CHECK(cc.btlbw_bps() > 20'000'000);
+  CHECK(cc.cap_lift() > 10);
+  CHECK(cc.cap_lift_rounds() > 0);
+  // A lifted cap (0) resets the lift.
+  cc.SetRateCap(0);
+  CHECK(cc.cap_lift() == 1.0);
+
+  // Without the lift the same flow stays at 1.25 x the share.
+  CongestionConfig off = c;
+  off.cap_lift = false;
+  CongestionControl held(off);
+  Sender held_sender = trapped(held);
+  held_sender.RunUntil(held_sender.now + 3'000'000);
+  CHECK(held.btlbw_bps() < 2'000'000);
+
+  // The same cap on a path whose RTT shows a standing queue (every RTT
+  // sample 15 ms above the 20 ms RTprop the controller learned first).
+  CongestionControl queued(c);
+  Sender q = trapped(queued);
+  q.path.rtt_us = 35'000;
+  q.RunUntil(q.now + 1'000'000);
+  INFO("queued path: paced at " << queued.pacing_rate_bps() << ", lift " << queued.cap_lift());
+  CHECK(queued.cap_lift() == 1.0);
+  CHECK(queued.pacing_rate_bps() < 2'000'000);
 }
 
 // A flow whose own path (20 Mbit/s) is slower than its share (50) has its
@@ -157,6 +207,7 @@ TEST_CASE("a lifted cap restarts the flow despite fruitless room restarts", "[co
 TEST_CASE("a flow after an idle gap restarts from its old estimate", "[congestion]") {
   CongestionConfig c;
   c.cwnd_packets_min = 8;
+  c.cap_lift = false;  // as above
   CongestionControl cc(c);
   Sender sender{cc, Path{100'000'000, 20'000}};
   cc.SetRateCap(12'500'000);

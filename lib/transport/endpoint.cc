@@ -351,6 +351,7 @@ void Endpoint::Impl::Publish() {
   s.standing_queue_rounds = retired.standing_queue_rounds;
   s.undone_rounds = retired.undone_rounds;
   s.startup_restarts = retired.startup_restarts;
+  s.cap_lift_rounds = retired.cap_lift_rounds;
   for (auto& [peer, ps] : peers) {
     s.peers.push_back({peer, ps->cc.btlbw_bps(), ps->cc.rtprop_us(), ps->cc.pacing_rate_bps(),
                        ps->cc.cwnd_bytes(), ps->cc.congestion_rounds(), ps->cc.rate_cap_bps(),
@@ -359,6 +360,7 @@ void Endpoint::Impl::Publish() {
     s.standing_queue_rounds += ps->cc.standing_queue_rounds();
     s.undone_rounds += ps->cc.undone_rounds();
     s.startup_restarts += ps->cc.startup_restarts();
+    s.cap_lift_rounds += ps->cc.cap_lift_rounds();
   }
   for (auto& [peer, link] : links) {
     if (link.estimate.lossy_flows == 0) continue;  // Early Close state only for LTP links
@@ -395,6 +397,7 @@ void Endpoint::Impl::ForgetIdlePeers(uint64_t now, uint64_t idle_us) {
       retired.standing_queue_rounds += ps.cc.standing_queue_rounds();
       retired.undone_rounds += ps.cc.undone_rounds();
       retired.startup_restarts += ps.cc.startup_restarts();
+      retired.cap_lift_rounds += ps.cc.cap_lift_rounds();
       peers.erase(it++);
     } else {
       ++it;

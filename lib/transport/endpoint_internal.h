@@ -189,7 +189,7 @@ struct Endpoint::Impl {
   std::vector<OutDatagram> flush_out;  // Flush's scratch, kept to reuse its capacity
   struct {
     uint64_t congestion_rounds = 0, standing_queue_rounds = 0, undone_rounds = 0,
-             startup_restarts = 0;
+             startup_restarts = 0, cap_lift_rounds = 0;
   } retired;  // counters of peers forgotten (ForgetIdlePeers)
 
   // Receive side (endpoint_recv.cc).
