@@ -159,16 +159,13 @@ std::vector<int64_t> WithProbes(std::vector<int64_t> counts, const std::vector<i
 }
 
 std::vector<int64_t> ProbeChunks(const PolicyJob& job) {
-  auto host = [&](const std::string& node) {
-    auto it = job.host_of.find(node);
-    return it != job.host_of.end() ? it->second : node;
-  };
+  std::set<std::string> measured;  // hosts with a worker still in the job
+  for (const std::string& w : job.workers) {
+    if (!job.gone.count(w)) measured.insert(job.HostOf(w));
+  }
   std::vector<int64_t> probe(job.servers.size(), job.probe_chunks);
   for (size_t s = 0; s < job.servers.size(); ++s) {
-    const std::string h = host(job.servers[s]);
-    for (const std::string& w : job.workers) {
-      if (host(w) == h && !job.gone.count(w)) probe[s] = 0;
-    }
+    if (measured.count(job.HostOf(job.servers[s]))) probe[s] = 0;
   }
   return probe;
 }
@@ -390,10 +387,6 @@ bool PolicyLoop::DecideBatches(const PolicyJob& job, v1::Policy* next, std::stri
 absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTable& links,
                                               int64_t now_ms) {
   const size_t servers = job.servers.size();
-  auto host = [&](const std::string& node) {
-    auto it = job.host_of.find(node);
-    return it != job.host_of.end() ? it->second : node;
-  };
   // Each psd's host: the largest of two lower bounds on what its access
   // link carries, both from training traffic.
   // - Any one link into or out of a node there (reported in the last
@@ -410,7 +403,7 @@ absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTa
   const int64_t fresh_ms = now_ms - 3 * job.update_time_ms;
   std::map<std::string, double> best;  // by host
   for (const v1::LinkReport& l : links.All()) {
-    const std::string from = host(l.from_node_id()), to = host(l.to_node_id());
+    const std::string from = job.HostOf(l.from_node_id()), to = job.HostOf(l.to_node_id());
     // A link within a host never crosses its access link.
     if (l.measured_unix_ms() < fresh_ms || from == to) continue;
     for (const std::string* h : {&from, &to}) {
@@ -420,7 +413,7 @@ absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTa
   const int64_t from_ms = now_ms - std::max(job.update_time_ms, 2 * LinkTable::kHostWindowMs);
   std::vector<double> rate(servers, 0.0);
   for (size_t s = 0; s < servers; ++s) {
-    const std::string h = host(job.servers[s]);
+    const std::string h = job.HostOf(job.servers[s]);
     std::vector<std::string> nodes;
     for (const auto& [node, of] : job.host_of) {
       if (of == h) nodes.push_back(node);

@@ -88,7 +88,7 @@ struct PolicyJob;
 // nodes (HostRates), and that worker's push and pull cross the same
 // access link every round, far above probe_chunk_bytes. A slice kept
 // only to be measured costs the slowest host its broadcast to every
-// worker each round. O(S W).
+// worker each round. O((S + W) log W).
 std::vector<int64_t> ProbeChunks(const PolicyJob& job);
 
 // The shares of `load_policy` (elastic, adlb-alg1, adlb) for servers of
@@ -134,6 +134,11 @@ struct PolicyJob {
   // Every member's host (its data address's IP), by node id: the nodes
   // of one host share its access link.
   std::map<std::string, std::string> host_of;
+  // `node`'s host; a node not in host_of is a host of its own.
+  std::string HostOf(const std::string& node) const {
+    auto it = host_of.find(node);
+    return it != host_of.end() ? it->second : node;
+  }
   // A recovery epoch that resumed under its checkpoint's plan: that plan
   // (version 1 of the epoch; chunk_server and worker_batches). Unset: the
   // even split.

@@ -103,7 +103,10 @@ void CongestionControl::OnAck(uint64_t now_us, uint32_t bytes, const SendSample&
     cycle_start_us_ = now_us;
   }
 
-  if (rate_cap_bps_ > 0 && ModelRate() > CapCeiling()) round_cap_bound_ = true;
+  // Once a round is enough (Cap lift): no rate arithmetic on later ACKs.
+  if (!round_cap_bound_ && rate_cap_bps_ > 0 && ModelRate() > CapCeiling()) {
+    round_cap_bound_ = true;
+  }
   round_delivered_bytes_ += bytes;
   if (sample.delivered_bytes >= next_round_delivered_) {
     next_round_delivered_ = delivered_;
