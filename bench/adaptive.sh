@@ -24,7 +24,8 @@
 # (the median of the period's second half), and how long after the change
 # the rounds settled (the first of 3 rounds in a row within 10% of it;
 # "stays in": the first round from which every median of 5 rounds is),
-# against the goal of 2 update periods + 1 settled round.
+# against the goal of 2 update periods + 1 settled round. The plans schedd
+# issued, with the host readings each was made from: DIR/permute-plans.json.
 #
 # usage: bench/adaptive.sh [--part awareness|load|permute|all] [--rates "100 50 25 10"]
 #          [--probe_rates "100 50 25 10"] [--delay_ms 10] [--iterations 60]
@@ -297,6 +298,8 @@ if [ "$part" = permute ]; then
   done
   end_us=$(python3 -c 'import time; print(int(time.monotonic() * 1e6))')
   state=$(psctl job status -o json | sed -nE 's/.*"state":"([a-z]+)".*/\1/p' | head -1)
+  # The plans issued, with the host throughputs each was made from.
+  psctl policy show -o json >"$out/permute-plans.json" 2>/dev/null || true
   psctl job cancel >/dev/null || true
   stop_all
   bash $tb down >/dev/null

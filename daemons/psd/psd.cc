@@ -349,6 +349,8 @@ class Psd::Jobs final : public JobRunner {
     r->set_rounds_by_membership(s.rounds_by_membership);
     r->set_last_contributors(s.last_contributors);
     r->set_last_round_ms(s.last_round_ms);
+    r->set_plan_version(s.plan_version);
+    r->set_plan_from(s.plan_from);
     if (Store() != nullptr) r->set_checkpoint_dir(OwnCheckpointDir());  // usable: adoptable
     {
       absl::MutexLock lock(&mu_);

@@ -1,6 +1,7 @@
 #include "daemons/schedd/job_table.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "absl/strings/match.h"
@@ -180,6 +181,7 @@ void JobTable::OnHeartbeat(const NodeRecord& node, const v1::NodeJobReport* repo
     me->reported = true;
     me->last_report = clock_->Now();
     current->reports_dirty = true;
+    if (me->role == NodeRole::kServer) NotePlanSettled(*current);
     if (Active(*current)) Advance(*current);
   }
   SaveIfChanged(seq, roster);
@@ -395,11 +397,49 @@ bool JobTable::IssuePlan(const v1::Policy& plan) {
   for (const v1::WorkerBatch& b : plan.worker_batches()) {
     absl::StrAppend(&batches, batches.empty() ? "" : "/", b.batch_size());
   }
+  // What the map was made from, for reading a run's plans back from the log.
+  std::string chunks, mbps;
+  for (int64_t c : plan.server_chunks()) absl::StrAppend(&chunks, chunks.empty() ? "" : "/", c);
+  for (double r : plan.server_throughput_bytes_per_second()) {
+    absl::StrAppend(&mbps, mbps.empty() ? "" : "/", static_cast<int64_t>(std::lround(r * 8e-6)));
+  }
   log_.Info("plan issued", {{"job_id", a.job_id()},
                             {"version", static_cast<unsigned long long>(plan.version())},
                             {"changed_fraction", plan.changed_fraction()},
+                            {"chunks", chunks},
+                            {"host_mbps", mbps},
                             {"batches", batches}});
   return true;
+}
+
+void JobTable::NotePlanSettled(Job& j) {
+  const v1::JobAssignment& a = j.assignment;
+  if (!a.has_plan() || a.state() != v1::JOB_STATE_RUNNING) return;
+  const uint32_t v = uint32_t(a.plan().version());
+  if (j.settled_epoch == a.recovery_epoch() && j.settled_version >= v) return;
+  for (const Member& m : j.members) {
+    if (m.role != NodeRole::kServer || !m.m.alive()) continue;
+    const v1::NodeJobReport& r = m.report;
+    if (!m.reported || r.job_id() != a.job_id() || r.recovery_epoch() != a.recovery_epoch() ||
+        r.plan_version() < v || uint64_t(r.iteration()) <= r.plan_from()) {
+      return;
+    }
+  }
+  j.settled_epoch = a.recovery_epoch();
+  j.settled_version = v;
+  j.settled = clock_->Now();
+}
+
+int64_t JobTable::PlanSettledMs(const std::string& job_id, uint32_t recovery_epoch,
+                                uint32_t version) const {
+  absl::MutexLock lock(&mu_);
+  if (jobs_.empty()) return 0;
+  const Job& j = jobs_.back();
+  if (j.assignment.job_id() != job_id || j.settled_epoch != recovery_epoch ||
+      j.settled_version != version) {
+    return 0;
+  }
+  return absl::ToUnixMillis(j.settled);
 }
 
 void JobTable::BeginRecovery(Job& j, const std::string& why) {

@@ -106,6 +106,11 @@ class JobTable {
   // server 0 sequences it (docs/plan.md). False when that job or epoch is
   // no longer running.
   bool IssuePlan(const v1::Policy& plan);
+  // When (unix ms) every live server of that job and epoch had closed
+  // the first round of plan `version`, the one that waits for moved
+  // chunks, as their heartbeats said; 0 while one has not, or for another
+  // job, epoch or version. Traffic from before it describes the switch.
+  int64_t PlanSettledMs(const std::string& job_id, uint32_t recovery_epoch, uint32_t version) const;
 
   // Counts for metrics: jobs ever submitted per final or current state.
   std::vector<std::pair<v1::JobState, int>> StateCounts() const;
@@ -133,6 +138,9 @@ class JobTable {
     uint64_t seq = 0;             // its key in the store
     absl::Time awaited_until;     // restored members' grace period
     bool reports_dirty = false;   // reports not yet saved
+    // The newest plan every server closed a first round of, and when.
+    uint32_t settled_epoch = 0, settled_version = 0;
+    absl::Time settled;
   };
 
   static bool Active(const Job& j);
@@ -142,6 +150,7 @@ class JobTable {
   void Finish(Job& j, v1::JobState state, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SyncAssignment(Job& j);  // member aliveness into the assignment
+  void NotePlanSettled(Job& j) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LoseMember(Job& j, Member* m, const char* why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A recovery epoch, in order: every server ready (its checkpoints
   // offered) -> DecideResume picks the round; every server loaded it and

@@ -176,6 +176,46 @@ TEST_CASE("Assignments go out until applied; start after every member is ready")
   CHECK(f.table.Submit(Request(), Cluster()).ok());
 }
 
+TEST_CASE("A plan settles when every server closed its first round") {
+  Fixture f;
+  REQUIRE(f.table.Submit(Request(), Cluster()).ok());
+  v1::JobAssignment a = f.Beat("psd-0", nullptr);
+  for (const char* m : {"psd-0", "psd-1", "worker-0", "worker-1"}) {
+    v1::NodeJobReport ready = Report(a, true);
+    f.Beat(m, &ready);
+  }
+  REQUIRE(f.State() == v1::JOB_STATE_RUNNING);
+  v1::Policy plan;
+  plan.set_job_id(a.job_id());
+  plan.set_version(2);
+  REQUIRE(f.table.IssuePlan(plan));
+  a = f.Beat("psd-0", nullptr);
+  auto server = [&](const char* node, uint32_t version, uint64_t from, int64_t iteration) {
+    v1::NodeJobReport r = Report(a, true);
+    r.set_plan_version(version);
+    r.set_plan_from(from);
+    r.set_iteration(iteration);
+    f.Beat(node, &r);
+  };
+  server("psd-0", 1, 0, 10);
+  server("psd-1", 1, 0, 10);
+  CHECK(f.table.PlanSettledMs(a.job_id(), 0, 2) == 0);
+  server("psd-0", 2, 11, 11);  // in its first round under version 2
+  server("psd-1", 2, 11, 12);  // closed it
+  CHECK(f.table.PlanSettledMs(a.job_id(), 0, 2) == 0);
+  f.clock.Advance(absl::Seconds(3));
+  server("psd-0", 2, 11, 12);
+  const int64_t at = absl::ToUnixMillis(f.clock.Now());
+  CHECK(f.table.PlanSettledMs(a.job_id(), 0, 2) == at);
+  // Later reports do not move it; other versions, epochs and jobs have none.
+  f.clock.Advance(absl::Seconds(1));
+  server("psd-1", 2, 11, 13);
+  CHECK(f.table.PlanSettledMs(a.job_id(), 0, 2) == at);
+  CHECK(f.table.PlanSettledMs(a.job_id(), 0, 3) == 0);
+  CHECK(f.table.PlanSettledMs(a.job_id(), 1, 2) == 0);
+  CHECK(f.table.PlanSettledMs("job-other", 0, 2) == 0);
+}
+
 TEST_CASE("A dead worker leaves the roster; the job goes on") {
   Fixture f;
   REQUIRE(f.table.Submit(Request(), Cluster()).ok());

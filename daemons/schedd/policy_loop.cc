@@ -385,7 +385,7 @@ bool PolicyLoop::DecideBatches(const PolicyJob& job, v1::Policy* next, std::stri
 }
 
 absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTable& links,
-                                              int64_t now_ms) {
+                                              int64_t now_ms, int64_t since_ms) {
   const size_t servers = job.servers.size();
   // Each psd's host: the largest of two lower bounds on what its access
   // link carries, both from training traffic.
@@ -400,7 +400,7 @@ absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTa
   // Adding link rates up instead (the rates into one node) adds maxima
   // of different moments, which is no bound at all: it reads a saturated
   // host above its link.
-  const int64_t fresh_ms = now_ms - 3 * job.update_time_ms;
+  const int64_t fresh_ms = std::max(now_ms - 3 * job.update_time_ms, since_ms);
   std::map<std::string, double> best;  // by host
   for (const v1::LinkReport& l : links.All()) {
     const std::string from = job.HostOf(l.from_node_id()), to = job.HostOf(l.to_node_id());
@@ -410,7 +410,8 @@ absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTa
       best[*h] = std::max(best[*h], l.throughput_bytes_per_second());
     }
   }
-  const int64_t from_ms = now_ms - std::max(job.update_time_ms, 2 * LinkTable::kHostWindowMs);
+  const int64_t from_ms =
+      std::max(now_ms - std::max(job.update_time_ms, 2 * LinkTable::kHostWindowMs), since_ms);
   std::vector<double> rate(servers, 0.0);
   for (size_t s = 0; s < servers; ++s) {
     const std::string h = job.HostOf(job.servers[s]);
@@ -433,18 +434,32 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
                             v1::Policy* next, std::string* why) {
   const int64_t chunks = job.num_chunks;
   const size_t servers = job.servers.size();
-  // A new map holds two update periods: its first rounds wait for the
-  // chunks that move and are no measure of it. Readings taken meanwhile
-  // describe the change, not the map, and each map made from them costs
-  // its own slow first round.
-  const int64_t held_ms = now_ms - current_.issued_unix_ms();
-  if (current_.version() > 1 && current_.changed_fraction() > 0 &&
-      held_ms < 2 * job.update_time_ms) {
-    *why = absl::StrCat("kept version ", current_.version(), ": issued ", held_ms / 1000.0,
-                        " s ago, a map holds at least 2 update periods");
-    return false;
+  // The next map is made only from readings of the map in force: from
+  // after every server closed its first round, which waits for the
+  // chunks that move (its flows describe the switch, not the map), over
+  // a whole update period. Readings that straddle a switch read a fast
+  // host at what the switch let through, and each map made from them
+  // costs its own slow first round.
+  int64_t since_ms = 0;
+  if (current_.version() > 1 && current_.changed_fraction() > 0) {
+    const int64_t held_ms = now_ms - current_.issued_unix_ms();
+    since_ms = job.plan_settled_ms;
+    if (since_ms == 0) {
+      if (held_ms < kSettleWaitPeriods * job.update_time_ms) {
+        *why = absl::StrCat("kept version ", current_.version(), ": issued ", held_ms / 1000.0,
+                            " s ago, waiting for every psd to close its first round");
+        return false;
+      }
+      since_ms = current_.issued_unix_ms() + 2 * job.update_time_ms;
+    }
+    if (now_ms - since_ms < job.update_time_ms) {
+      *why = absl::StrCat("kept version ", current_.version(), ": its rounds measured for ",
+                          std::max<int64_t>(0, now_ms - since_ms) / 1000.0,
+                          " s, a decision needs one update period of them");
+      return false;
+    }
   }
-  absl::StatusOr<std::vector<double>> rate = HostRates(job, links, now_ms);
+  absl::StatusOr<std::vector<double>> rate = HostRates(job, links, now_ms, since_ms);
   if (!rate.ok()) {
     *why = std::string(rate.status().message());
     return false;

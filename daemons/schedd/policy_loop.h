@@ -139,6 +139,9 @@ struct PolicyJob {
     auto it = host_of.find(node);
     return it != host_of.end() ? it->second : node;
   }
+  // When every server had closed the first round of the loop's plan in
+  // force (JobTable::PlanSettledMs; 0: not yet, or not said).
+  int64_t plan_settled_ms = 0;
   // A recovery epoch that resumed under its checkpoint's plan: that plan
   // (version 1 of the epoch; chunk_server and worker_batches). Unset: the
   // even split.
@@ -148,19 +151,25 @@ struct PolicyJob {
 // Each server's host throughput in bytes/s, for the load policies: the
 // fastest link into or out of its host's nodes measured in the last 3
 // update periods, or the most they received together in a short window
-// of the last period, whichever is larger. Unavailable while a server's
-// host has neither.
+// of the last period, whichever is larger; only what was measured at or
+// after since_ms counts. Unavailable while a server's host has neither.
 absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTable& links,
-                                              int64_t now_ms);
+                                              int64_t now_ms, int64_t since_ms = 0);
 
 class PolicyLoop {
  public:
   // The history kept per job.
   static constexpr size_t kHistoryMax = 64;
+  // A map's next decision waits for every server to close the map's
+  // first round (PolicyJob::plan_settled_ms) and then a whole update
+  // period of readings; servers that never say so are taken as settled
+  // 2 periods after the map was issued once this many periods passed.
+  static constexpr int64_t kSettleWaitPeriods = 5;
 
-  // A new plan to issue (version > 1), or none: not due yet, links not all
-  // measured (each psd needs one link measured within 3 update periods),
-  // or too little changed. A job or recovery epoch it has not seen starts
+  // A new plan to issue (version > 1), or none: not due yet, the map in
+  // force not settled for a period (below), links not all measured (each
+  // psd needs one link measured within 3 update periods), or too little
+  // changed. A job or recovery epoch it has not seen starts
   // from version 1 (job.start, or the even split). `why` says what happened (status).
   std::optional<v1::Policy> Tick(const PolicyJob& job, const LinkTable& links, int64_t now_ms);
   // Whether Tick would do anything for this job now (a new job or epoch,

@@ -107,6 +107,8 @@ TEST_CASE("the policy loop issues a plan when the links say so, and not for nois
   int64_t sum = 0;
   for (int64_t c : plan->server_chunks()) sum += c;
   CHECK(sum == 40);
+  // Every psd closed its first round (schedd hears it from heartbeats).
+  job.plan_settled_ms = 2000;
 
   // 3% noise: under update_rate, nothing recomputed.
   const double noisy[] = {rate[0] * 1.03, rate[1] * 0.97, rate[2], rate[3]};
@@ -130,6 +132,7 @@ TEST_CASE("the policy loop issues a plan when the links say so, and not for nois
   CHECK(plan->version() == 3);
   CHECK(plan->server_chunks(0) == 1);
   CHECK(loop.history().size() == 2);
+  job.plan_settled_ms = 5500;
 
   // Stale links (older than 3 periods) are not used.
   CHECK(!loop.Tick(job, links, 9000));
@@ -247,22 +250,82 @@ TEST_CASE("a saturated host reads what all its flows carried at once", "[policy]
   REQUIRE(plan.has_value());
   CHECK(plan->server_throughput_bytes_per_second(0) == 0.4e6);
   CHECK(plan->server_chunks(0) == 3);
+  // The map holds until every psd closed its first round, whatever was
+  // measured meanwhile.
+  CHECK(!loop.Tick(job, links, 2000));
+  CHECK(loop.last_decision().find("waiting for every psd to close its first round") !=
+        std::string::npos);
+  // Settled at 2500: a period of its rounds is needed.
+  job.plan_settled_ms = 2500;
+  CHECK(!loop.Tick(job, links, 3000));
+  CHECK(loop.last_decision().find("measured for 0.5 s") != std::string::npos);
   // h0's nodes report 1 MB/s together at their busiest: more than any
   // of its links showed, and so its throughput.
   const std::vector<uint64_t> busy = {25'000, 25'000, 25'000, 25'000};
-  REQUIRE(links.RecordTraffic("p0", Traffic(2200, busy), 2900).ok());
-  REQUIRE(links.RecordTraffic("w0", Traffic(2200, busy), 2900).ok());
-  // h1's traffic, below its fastest link, changes nothing there.
-  REQUIRE(links.RecordTraffic("p1", Traffic(2200, busy), 2900).ok());
-  // The map of a period ago holds another period, whatever was measured.
-  CHECK(!loop.Tick(job, links, 2000));
-  CHECK(loop.last_decision().find("holds at least 2 update periods") != std::string::npos);
-  plan = loop.Tick(job, links, 3000);
+  REQUIRE(links.RecordTraffic("p0", Traffic(3200, busy), 3900).ok());
+  REQUIRE(links.RecordTraffic("w0", Traffic(3200, busy), 3900).ok());
+  // h1's traffic, below its fastest link, changes nothing there; that
+  // link was reported again under the new map (reported before it
+  // settled, it would not count).
+  REQUIRE(links.RecordTraffic("p1", Traffic(3200, busy), 3900).ok());
+  REQUIRE(links.Record("p1", Link("w2", "p1", 2e6), 3600).ok());
+  plan = loop.Tick(job, links, 4000);
   REQUIRE(plan.has_value());
   CHECK(plan->server_throughput_bytes_per_second(0) == Approx(1e6));
   CHECK(plan->server_throughput_bytes_per_second(1) == 2e6);
   CHECK(plan->server_chunks(0) == 7);
   CHECK(plan->server_chunks(1) == 13);
+}
+
+TEST_CASE("a map's successor is made only from readings taken after it settled", "[policy]") {
+  ThreeHosts h("job-settle", 20);
+  auto& [job, links, loop] = h;
+  // h0 at 1 MB/s, h1 at 3 (links to and from w2, alone on h2).
+  REQUIRE(links.Record("p0", Link("w2", "p0", 1e6), 500).ok());
+  REQUIRE(links.Record("w2", Link("p1", "w2", 3e6), 500).ok());
+  std::optional<v1::Policy> plan = loop.Tick(job, links, 1000);
+  REQUIRE(plan.has_value());
+  CHECK(plan->server_chunks(0) == 5);
+  CHECK(plan->server_chunks(1) == 15);
+  // During the switch, h1's flows read slow and h0's fast: the map they
+  // would make is not made.
+  REQUIRE(links.Record("w2", Link("p1", "w2", 0.5e6), 1500).ok());
+  REQUIRE(links.Record("p0", Link("w2", "p0", 4e6), 1600).ok());
+  CHECK(!loop.Tick(job, links, 2000));
+  CHECK(loop.last_decision().find("waiting for every psd to close its first round") !=
+        std::string::npos);
+  job.plan_settled_ms = 2200;
+  CHECK(!loop.Tick(job, links, 3000));
+  CHECK(loop.last_decision().find("measured for 0.8 s") != std::string::npos);
+  // Nothing reported since it settled: the loop says so rather than
+  // deciding on the switch's readings.
+  CHECK(!loop.Tick(job, links, 4000));
+  CHECK(loop.last_decision().find("no link of p0's host measured") != std::string::npos);
+  // Readings of the settled map, as before it, keep it.
+  REQUIRE(links.Record("p0", Link("w2", "p0", 1e6), 4500).ok());
+  REQUIRE(links.Record("w2", Link("p1", "w2", 3e6), 4500).ok());
+  CHECK(!loop.Tick(job, links, 5000));
+  CHECK(loop.current().version() == 2);
+  CHECK(loop.last_decision().find("within 0.1 of the plan's") != std::string::npos);
+
+  // Servers that never say when a map settled: its successor waits
+  // kSettleWaitPeriods and reads from 2 periods after it was issued.
+  ThreeHosts quiet("job-quiet", 20);
+  REQUIRE(quiet.links.Record("p0", Link("w2", "p0", 1e6), 500).ok());
+  REQUIRE(quiet.links.Record("w2", Link("p1", "w2", 3e6), 500).ok());
+  REQUIRE(quiet.loop.Tick(quiet.job, quiet.links, 1000).has_value());
+  REQUIRE(quiet.links.Record("p0", Link("w3", "p0", 9e6), 2500).ok());  // before 3000
+  REQUIRE(quiet.links.Record("p0", Link("w2", "p0", 3e6), 3200).ok());
+  REQUIRE(quiet.links.Record("w2", Link("p1", "w2", 1e6), 3200).ok());
+  for (int64_t t = 2000; t < 6000; t += 1000) {
+    CHECK(!quiet.loop.Tick(quiet.job, quiet.links, t));
+    CHECK(quiet.loop.last_decision().find("waiting for every psd") != std::string::npos);
+  }
+  plan = quiet.loop.Tick(quiet.job, quiet.links, 6000);
+  REQUIRE(plan.has_value());
+  CHECK(plan->server_throughput_bytes_per_second(0) == 3e6);
+  CHECK(plan->server_chunks(0) == 15);
+  CHECK(plan->server_chunks(1) == 5);
 }
 
 TEST_CASE("the predicted transfer is ADLB's slowest node", "[policy]") {

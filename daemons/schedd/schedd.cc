@@ -666,6 +666,8 @@ void Schedd::RunPolicy() {
       a->plan().recovery_epoch() == a->recovery_epoch()) {
     job.start = a->plan();
   }
+  job.plan_settled_ms =
+      jobs_->PlanSettledMs(a->job_id(), a->recovery_epoch(), uint32_t(policy_.current().version()));
   std::optional<v1::Policy> plan = policy_.Tick(job, links_, now_ms);
   if (plan.has_value()) {
     jobs_->IssuePlan(*plan);

@@ -109,6 +109,7 @@ void LinkMeter::OnFlow(const transport::Peer& from, const transport::FlowResult&
 }
 
 std::vector<LinkSample> LinkMeter::TakeChanged() {
+  const uint64_t now_us = clock_->MonotonicMicros();
   absl::MutexLock lock(&mu_);
   std::vector<LinkSample> out;
   for (auto& [peer, l] : links_) {
@@ -116,8 +117,11 @@ std::vector<LinkSample> LinkMeter::TakeChanged() {
     if (l.recent.size() < config_.probe_num) continue;
     const double moved =
         l.reported > 0 ? std::abs(l.now.bytes_per_s - l.reported) / l.reported : 1.0;
-    if (l.reported > 0 && moved <= config_.report_rate) continue;
+    const bool refresh = l.now.samples > l.reported_samples && now_us >= l.reported_us + kRefreshUs;
+    if (l.reported > 0 && moved <= config_.report_rate && !refresh) continue;
     l.reported = l.now.bytes_per_s;
+    l.reported_samples = l.now.samples;
+    l.reported_us = now_us;
     out.push_back(l.now);
   }
   return out;

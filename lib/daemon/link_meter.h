@@ -15,7 +15,10 @@
 // packets leave the bottleneck spaced at its rate or wider (sharing it
 // with other flows, or sent slower), never closer, so the largest is the
 // closest to what the link can carry. A link is reported again once it
-// moved by more than report_rate (REPORT_RATE).
+// moved by more than report_rate (REPORT_RATE), and at least every
+// kRefreshUs while new probes come in: schedd reads only links reported
+// since a plan settled, and a link that still carries flows at the same
+// rate is as much news as one that moved.
 //
 // It also keeps what the node received per kTrafficBinUs, all senders
 // together (Traffic): a host's access link is shared by its nodes' flows,
@@ -73,6 +76,7 @@ class LinkMeter final : public transport::FlowObserver {
   // so reports repeat the recent past (Traffic) and flows up to this long
   // are whole in some report.
   static constexpr uint64_t kTrafficBins = 200;
+  static constexpr uint64_t kRefreshUs = 1'000'000;
 
   // `clock`: the endpoint's, whose MonotonicMicros times the flows.
   explicit LinkMeter(const LinkMeterConfig& config = {}, const Clock* clock = RealClock::Get())
@@ -81,8 +85,9 @@ class LinkMeter final : public transport::FlowObserver {
 
   // A flow received from `from` ended (endpoint thread).
   void OnFlow(const transport::Peer& from, const transport::FlowResult& r) override;
-  // Links with an estimate never reported or moved by more than
-  // report_rate since it was; each is marked reported.
+  // Links with an estimate never reported, moved by more than
+  // report_rate since it was, or probed since and reported kRefreshUs
+  // ago or longer; each is marked reported.
   std::vector<LinkSample> TakeChanged();
   std::vector<LinkSample> All() const;
   // The last `bins` (at most kTrafficBins) bins up to now, each flow's
@@ -101,6 +106,7 @@ class LinkMeter final : public transport::FlowObserver {
     LinkSample now;
     std::deque<std::pair<double, uint64_t>> recent;  // rate, flow bytes
     double reported = 0;                             // 0: never
+    uint64_t reported_samples = 0, reported_us = 0;  // when it was
   };
   void AddTraffic(const transport::FlowResult& r, double wire) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Spread(uint64_t from_us, uint64_t to_us, double bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -15,7 +15,8 @@ transport::FlowResult Flow(uint64_t bytes, uint32_t packets, uint64_t first_us, 
 }
 
 TEST_CASE("a link's rate: bytes after the first packet over the time to the last", "[links]") {
-  LinkMeter m({/*probe_bytes=*/100'000, /*probe_num=*/3, /*report_rate=*/0.1});
+  FakeClock clock(absl::FromUnixMillis(1'700'000'000'000));
+  LinkMeter m({/*probe_bytes=*/100'000, /*probe_num=*/3, /*report_rate=*/0.1}, &clock);
   const transport::Peer a{1, 1}, b{2, 2};
   // 11 packets of 100 kB (and 108 bytes of headers each): 10 after the
   // first, in 80 ms.
@@ -50,9 +51,22 @@ TEST_CASE("a link's rate: bytes after the first packet over the time to the last
   CHECK(m.All()[0].flow_bytes == 440'000);  // still the largest rate
   for (int i = 0; i < 3; ++i) m.OnFlow(a, Flow(1'100'000, 11, 0, 160'000));
   CHECK(m.All()[0].flow_bytes == 1'100'000);
-  // Within report_rate of what was reported: not again.
+  // Within report_rate of what was reported: not again...
   m.OnFlow(a, Flow(1'100'000, 11, 0, 150'000));
   CHECK(m.TakeChanged().empty());
+  // ...until kRefreshUs passed with new probes: the link still carries
+  // flows, and schedd hears it.
+  clock.Advance(absl::Microseconds(LinkMeter::kRefreshUs - 1));
+  CHECK(m.TakeChanged().empty());
+  clock.Advance(absl::Microseconds(1));
+  changed = m.TakeChanged();
+  REQUIRE(changed.size() == 1);
+  CHECK(changed[0].bytes_per_s == Approx(10 * per_packet / 0.15));
+  // No probe since: nothing to say, however long it has been.
+  clock.Advance(absl::Seconds(5));
+  CHECK(m.TakeChanged().empty());
+  m.OnFlow(a, Flow(1'100'000, 11, 0, 160'000));
+  CHECK(m.TakeChanged().size() == 1);
   m.Reset();
   CHECK(m.All().empty());
 }

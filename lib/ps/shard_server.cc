@@ -359,6 +359,7 @@ bool ShardServer::Switch(uint32_t t, const Plan& next) {
   push_packets_ = next.packets[me];
   ++stats_.plan_switches;
   stats_.plan_version = v;
+  stats_.plan_from = t;
   stats_.chunks_sent += sent;
   stats_.chunks_received += received;
   changed_.SignalAll();

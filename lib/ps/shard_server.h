@@ -146,6 +146,7 @@ struct ShardServerStats {
   // newer one), flows held until this server could use them, proposals
   // dropped for a newer one, rounds opened again under a late plan.
   uint32_t plan_version = kFirstPlanVersion;
+  uint64_t plan_from = 0;  // the round plan_version started at
   uint64_t plan_switches = 0;
   uint64_t chunks_sent = 0;
   uint64_t chunks_received = 0;
