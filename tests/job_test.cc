@@ -110,9 +110,15 @@ TEST_CASE("An adaptive job reports its links; schedd keeps its plan; psctl shows
   CHECK(policy.stdout_text.find(absl::StrCat("\"job_id\":\"", j.job_id(), "\"")) !=
         std::string::npos);
   CHECK(policy.stdout_text.find("\"last_decision\":\"") != std::string::npos);
+  CHECK(policy.stdout_text.find("\"settled_unix_ms\":") != std::string::npos);
   ProcessResult shown = c.Psctl({"policy", "show"});
   CHECK(shown.exit_code == 0);
   CHECK(shown.stdout_text.find("CHUNKS/PSD") != std::string::npos);
+  // Past version 1 it says whether the plan in force settled.
+  if (policy.stdout_text.find("\"policy\":{\"version\":1,") == std::string::npos) {
+    CHECK((shown.stdout_text.find("settled ") != std::string::npos ||
+           shown.stdout_text.find("switching") != std::string::npos));
+  }
   // A plan issued mid-job reached psd 0, which sequenced it; the job
   // still ended with every round complete.
   if (policy.stdout_text.find("\"policy\":{\"version\":1,") == std::string::npos) {

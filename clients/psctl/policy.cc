@@ -124,13 +124,21 @@ int PolicyCommand(const std::vector<std::string>& pos, const Connection& c, std:
     for (const v1::Policy& p : resp.history()) PolicyJson(p, &w);
     w.EndArray();
     w.Key("last_decision").String(resp.last_decision());
+    w.Key("settled_unix_ms").Int(resp.settled_unix_ms());
     w.EndObject();
     out << w.str() << "\n";
     return kOk;
   }
   const absl::Time now = absl::Now();
   out << "job " << resp.policy().job_id() << ": plan version " << resp.policy().version()
-      << " in force at schedd\nlast decision: " << resp.last_decision() << "\n\n";
+      << " in force at schedd";
+  if (resp.policy().version() > 1) {
+    out << (resp.settled_unix_ms() > 0
+                ? absl::StrFormat(", settled %.1f s after it was issued",
+                                  (resp.settled_unix_ms() - resp.policy().issued_unix_ms()) / 1e3)
+                : std::string(", switching (a psd has not closed its first round)"));
+  }
+  out << "\nlast decision: " << resp.last_decision() << "\n\n";
   std::vector<std::vector<std::string>> rows = {
       {"VERSION", "POLICY", "ISSUED", "CHANGED", "CHUNKS/PSD", "PSD MBIT/S", "BATCH/WORKER"}};
   for (const v1::Policy& p : resp.history()) rows.push_back(PolicyRow(p, now));

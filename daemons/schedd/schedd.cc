@@ -95,6 +95,12 @@ class Schedd::Metrics {
                           .Help("Plans issued by the policy loop.")
                           .Register(r)
                           .Add({})),
+        plan_settle_(prometheus::BuildGauge()
+                         .Name("schedd_plan_settle_seconds")
+                         .Help("Seconds from issuing the plan in force until every psd closed "
+                               "its first round (0: not yet, or version 1).")
+                         .Register(r)
+                         .Add({})),
         plan_changed_(prometheus::BuildGauge()
                           .Name("schedd_plan_changed_ratio")
                           .Help("Fraction of chunks the plan in force moved.")
@@ -139,7 +145,9 @@ class Schedd::Metrics {
 
   // Links and the active job's plan. Series of links and servers gone
   // are removed, so the families hold what the tables hold.
-  void RefreshPolicy(const LinkTable& links, const PolicyLoop& loop, bool active, int64_t now_ms) {
+  // settled_ms: JobTable::PlanSettledMs of the loop's plan in force.
+  void RefreshPolicy(const LinkTable& links, const PolicyLoop& loop, bool active, int64_t now_ms,
+                     int64_t settled_ms) {
     std::set<std::pair<std::string, std::string>> seen;
     for (const v1::LinkReport& l : links.All()) {
       const auto key = std::make_pair(l.from_node_id(), l.to_node_id());
@@ -177,6 +185,9 @@ class Schedd::Metrics {
     servers_shown_ = std::move(servers);
     plan_version_.Set(active ? double(p.version()) : 0);
     plan_changed_.Set(active ? p.changed_fraction() : 0);
+    plan_settle_.Set(active && settled_ms > 0 && p.version() > 1
+                         ? std::max<int64_t>(0, settled_ms - p.issued_unix_ms()) / 1e3
+                         : 0);
   }
 
   prometheus::Counter& plans_issued() { return plans_issued_; }
@@ -219,6 +230,7 @@ class Schedd::Metrics {
   prometheus::Family<prometheus::Gauge>& link_age_;
   prometheus::Gauge& plan_version_;
   prometheus::Counter& plans_issued_;
+  prometheus::Gauge& plan_settle_;
   prometheus::Gauge& plan_changed_;
   prometheus::Family<prometheus::Gauge>& plan_chunks_;
   prometheus::Family<prometheus::Gauge>& plan_rate_;
@@ -421,6 +433,11 @@ class Schedd::Service final : public v1::Scheduler::Service {
     *resp->mutable_policy() = s_->policy_.current();
     for (const v1::Policy& p : s_->policy_.history()) *resp->add_history() = p;
     resp->set_last_decision(s_->policy_.last_decision());
+    const v1::Policy& p = s_->policy_.current();
+    if (p.version() > 1) {
+      resp->set_settled_unix_ms(
+          s_->jobs_->PlanSettledMs(p.job_id(), p.recovery_epoch(), uint32_t(p.version())));
+    }
     s_->metrics_->Rpc("GetPolicy", grpc::StatusCode::OK);
     return grpc::Status::OK;
   }
@@ -621,7 +638,10 @@ void Schedd::RunPolicy() {
   const int64_t now_ms = absl::ToUnixMillis(clock_->Now());
   if (now_ms >= metrics_due_ms_) {  // at most once a second: links may be many
     metrics_due_ms_ = now_ms + 1000;
-    metrics_->RefreshPolicy(links_, policy_, active && policy_.job_id() == a->job_id(), now_ms);
+    const v1::Policy& p = policy_.current();
+    metrics_->RefreshPolicy(
+        links_, policy_, active && policy_.job_id() == a->job_id(), now_ms,
+        jobs_->PlanSettledMs(p.job_id(), p.recovery_epoch(), uint32_t(p.version())));
   }
   // The job's members and progress are gathered only when a decision is due.
   if (!active || !policy_.Due(a->job_id(), a->recovery_epoch(), now_ms)) return;
