@@ -433,11 +433,7 @@ class Schedd::Service final : public v1::Scheduler::Service {
     *resp->mutable_policy() = s_->policy_.current();
     for (const v1::Policy& p : s_->policy_.history()) *resp->add_history() = p;
     resp->set_last_decision(s_->policy_.last_decision());
-    const v1::Policy& p = s_->policy_.current();
-    if (p.version() > 1) {
-      resp->set_settled_unix_ms(
-          s_->jobs_->PlanSettledMs(p.job_id(), p.recovery_epoch(), uint32_t(p.version())));
-    }
+    if (s_->policy_.current().version() > 1) resp->set_settled_unix_ms(s_->PlanSettledMs());
     s_->metrics_->Rpc("GetPolicy", grpc::StatusCode::OK);
     return grpc::Status::OK;
   }
@@ -638,10 +634,8 @@ void Schedd::RunPolicy() {
   const int64_t now_ms = absl::ToUnixMillis(clock_->Now());
   if (now_ms >= metrics_due_ms_) {  // at most once a second: links may be many
     metrics_due_ms_ = now_ms + 1000;
-    const v1::Policy& p = policy_.current();
-    metrics_->RefreshPolicy(
-        links_, policy_, active && policy_.job_id() == a->job_id(), now_ms,
-        jobs_->PlanSettledMs(p.job_id(), p.recovery_epoch(), uint32_t(p.version())));
+    metrics_->RefreshPolicy(links_, policy_, active && policy_.job_id() == a->job_id(), now_ms,
+                            PlanSettledMs());
   }
   // The job's members and progress are gathered only when a decision is due.
   if (!active || !policy_.Due(a->job_id(), a->recovery_epoch(), now_ms)) return;
@@ -686,14 +680,18 @@ void Schedd::RunPolicy() {
       a->plan().recovery_epoch() == a->recovery_epoch()) {
     job.start = a->plan();
   }
-  job.plan_settled_ms =
-      jobs_->PlanSettledMs(a->job_id(), a->recovery_epoch(), uint32_t(policy_.current().version()));
+  job.plan_settled_ms = PlanSettledMs();
   std::optional<v1::Policy> plan = policy_.Tick(job, links_, now_ms);
   if (plan.has_value()) {
     jobs_->IssuePlan(*plan);
     metrics_->plans_issued().Increment();
     metrics_due_ms_ = now_ms;  // show it at the next tick
   }
+}
+
+int64_t Schedd::PlanSettledMs() const {
+  const v1::Policy& p = policy_.current();
+  return jobs_->PlanSettledMs(p.job_id(), p.recovery_epoch(), uint32_t(p.version()));
 }
 
 void Schedd::Shutdown() {

@@ -64,6 +64,8 @@ class Schedd final : public Daemon {
   void ReaperLoop();
   // The active job's policy loop (policy_loop.h): a new plan when due.
   void RunPolicy();
+  // JobTable::PlanSettledMs of the policy loop's plan in force.
+  int64_t PlanSettledMs() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(policy_mu_);
 
   const ScheddConfig config_;
   const Clock* const clock_;
