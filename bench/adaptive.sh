@@ -24,8 +24,11 @@
 # (the median of the period's second half), and how long after the change
 # the rounds settled (the first of 3 rounds in a row within 10% of it;
 # "stays in": the first round from which every median of 5 rounds is),
-# against the goal of 2 update periods + 1 settled round. The plans schedd
-# issued, with the host readings each was made from: DIR/permute-plans.json.
+# against the goal of 2 update periods + 1 settled round; and what the
+# switches cost (a plan's first round and the round before it, and how
+# long the moved chunks held the first round's broadcast). The plans
+# schedd issued, with the host readings each was made from:
+# DIR/permute-plans.json.
 #
 # usage: bench/adaptive.sh [--part awareness|load|permute|all] [--rates "100 50 25 10"]
 #          [--probe_rates "100 50 25 10"] [--delay_ms 10] [--iterations 60]
@@ -307,14 +310,18 @@ if [ "$part" = permute ]; then
   python3 - "$out/trace" "$changes_file" "$end_us" "$update_time_s" <<'PY'
 import glob, json, statistics, sys
 trace_dir, changes_file, end_us, update_s = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-starts, plans = {}, {}
-for f in glob.glob(trace_dir + "/*-psd-0*.jsonl"):
+starts, plans = {}, {}  # psd 0's
+psd = {}  # every psd's round lines, by round and trace file
+for f in glob.glob(trace_dir + "/*-psd-*.jsonl"):
     for line in open(f):
         try:
             e = json.loads(line)
         except ValueError:
             continue
-        if e.get("ev") == "round" and e.get("start"):
+        if e.get("ev") != "round" or not e.get("start"):
+            continue
+        psd.setdefault(e["t"], {})[f] = e
+        if "-psd-0" in f:
             starts[e["t"]] = e["start"]
             plans[e["t"]] = e.get("plan", 0)
 rounds = sorted(starts)
@@ -368,5 +375,23 @@ for k, (t, rates) in enumerate(changes):
         "%.1f s" % stay if stay is not None else "never", "%.1f s" % goal,
         "yes" if ok else "no", ",".join(str(v) for v in versions)))
 print("adaptive: slowest to settle: %.1f s after a change (to stay: %.1f s)" % (worst, worst_stay))
+# What a switch costs: a plan's first round (its chunks move) and the
+# round before it, against the median round.
+took = {a: (starts[b] - starts[a]) / 1e6 for a, b in zip(rounds, rounds[1:])}
+first = [t for t in rounds[1:] if plans[t] != plans[t - 1] and t in took and t - 1 in took]
+if first:
+    median = statistics.median(took.values())
+    print("adaptive: %d switches: first rounds %.2f s on average, the rounds before %.2f s, "
+          "the median round %.2f s" % (len(first), statistics.mean(took[t] for t in first),
+                                      statistics.mean(took[t - 1] for t in first), median))
+    # The move itself: from the last psd's close of the round before to
+    # the last psd's broadcast of the first round (0 without a switch).
+    wait = [(max(e["bcast"] for e in psd[t].values()) -
+             max(e["closed"] for e in psd[t - 1].values())) / 1e6
+            for t in first if t in psd and t - 1 in psd and len(psd[t]) == len(psd[t - 1])]
+    if wait:
+        print("adaptive: the moved chunks held the first broadcast %.2f s on average after the "
+              "last psd closed the round before (at most %.2f s)" % (statistics.mean(wait),
+                                                                  max(wait)))
 PY
 fi

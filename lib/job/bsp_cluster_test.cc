@@ -471,6 +471,11 @@ TEST_CASE("plans that change every few rounds, announced late and out of order, 
   }
   CHECK(lead.GetStats().plans_superseded == 6);
   CHECK(third.GetStats().rounds_reopened >= 1);
+  // With segments, the round before a switch sends the parameters of the
+  // chunks that move as its segments are applied.
+  uint64_t early = 0;
+  for (auto& s : c.servers) early += s->GetStats().chunks_sent_early;
+  CHECK((early > 0) == (planned.segment_bytes > 0));
   for (auto& w : c.workers) {
     const WorkerPlanStats ws = w->plan_stats();
     INFO("worker: " << ws.held_flows << " flows held, " << ws.stale_plan << " stale");

@@ -129,6 +129,10 @@ ShardServer::~ShardServer() {
     for (auto& h : handles) endpoint_->Cancel(h);
     for (auto& h : handles) h->Wait(absl::Seconds(5));
   }
+  for (auto* flows : {&moving_.flows, &moving_.flows_other, &early_.flows}) {
+    for (auto& h : *flows) endpoint_->Cancel(h);
+    for (auto& h : *flows) h->Wait(absl::Seconds(5));
+  }
 }
 
 void ShardServer::SetWorkers(const std::vector<Peer>& workers) {
@@ -235,6 +239,32 @@ void ShardServer::Announce(uint32_t t) {
   }
 }
 
+ShardServer::Incoming* ShardServer::FindIncoming(uint32_t server, uint32_t flow_id) {
+  for (Incoming& in : incoming_[server]) {
+    if (std::find(in.flows.begin(), in.flows.end(), flow_id) != in.flows.end()) return &in;
+  }
+  return nullptr;
+}
+
+bool ShardServer::ChunksIn(uint32_t server, uint32_t plan, const std::vector<uint32_t>& chunks,
+                           bool whole) const {
+  if (chunks.empty()) return true;
+  const uint64_t nslots = optimizer_->slot_count();
+  for (const Incoming& in : incoming_[server]) {
+    if (in.plan != plan) continue;
+    for (uint32_t c : chunks) {
+      auto it = in.chunks.find(c);
+      const uint64_t floats = layout_.chunk(c).floats;
+      if (it == in.chunks.end() || it->second.params < floats ||
+          (whole && it->second.slots < nslots * floats)) {
+        return false;
+      }
+    }
+    return true;
+  }
+  return false;
+}
+
 bool ShardServer::Switch(uint32_t t, const Plan& next) {
   const uint32_t me = config_.server_index;
   const uint32_t v = static_cast<uint32_t>(next.map.version());
@@ -248,56 +278,71 @@ bool ShardServer::Switch(uint32_t t, const Plan& next) {
     if (stop_) return false;
     servers = servers_;
   }
-  // Out: what this server gives up, [params | slots] per chunk, one flow
-  // per new owner.
-  std::vector<std::vector<float>> out(config_.num_servers);
-  std::vector<std::vector<uint32_t>> out_chunks(config_.num_servers);
+  FinishMoved();  // the switch before: its flows are long done
+  // Out: what this server gives up, per new owner: the parameters now,
+  // the optimizer slots once this round's parameters went out (SendState).
+  // Parameters the round before sent already, as its segments were
+  // applied (SendEarly), are not sent again.
+  Moving m;
+  m.plan = v;
+  m.params.resize(config_.num_servers);
+  m.state.resize(config_.num_servers);
+  m.out.resize(config_.num_servers);
+  m.in.resize(config_.num_servers);
+  std::vector<std::vector<uint32_t>> late(config_.num_servers);
+  if (early_.plan == v) {
+    m.flows = std::move(early_.flows);
+    m.early = std::move(early_.buffers);
+  } else {
+    for (auto& h : early_.flows) endpoint_->Cancel(h);  // of a plan not followed
+    m.flows_other = std::move(early_.flows);
+    m.early = std::move(early_.buffers);
+    early_.sent.clear();
+  }
   uint64_t sent = 0;
   for (uint32_t c : owned_) {
     const uint32_t to = next.map.owner(c);
     if (to == me) continue;
     const Chunk ch = layout_.chunk(c);
     const size_t at = local_.at(c);
-    std::vector<float>& buf = out[to];
-    buf.insert(buf.end(), params_.begin() + at, params_.begin() + at + ch.floats);
+    if (early_.sent.empty() || !early_.sent[c]) {
+      m.params[to].insert(m.params[to].end(), params_.begin() + at,
+                          params_.begin() + at + ch.floats);
+      late[to].push_back(c);
+    }
     for (size_t k = 0; k < nslots; ++k) {
       const absl::Span<const float> slot = optimizer_->slot(k).subspan(at, ch.floats);
-      buf.insert(buf.end(), slot.begin(), slot.end());
+      m.state[to].insert(m.state[to].end(), slot.begin(), slot.end());
     }
-    out_chunks[to].push_back(c);
+    m.out[to].push_back(c);
     ++sent;
   }
-  std::vector<std::shared_ptr<transport::SendHandle>> flows;
+  early_ = Early();
   for (uint32_t to = 0; to < config_.num_servers; ++to) {
-    if (out_chunks[to].empty()) continue;
+    if (late[to].empty()) continue;
     std::vector<transport::PacketSpan> packets;
     size_t off = 0;
-    for (uint32_t c : out_chunks[to]) {
-      const uint32_t n = uint32_t((1 + nslots) * layout_.chunk(c).floats);
-      transport::AppendPackets(c, out[to].data() + off, n, pf, true, &packets);
+    for (uint32_t c : late[to]) {
+      const uint32_t n = layout_.chunk(c).floats;
+      transport::AppendPackets(c, m.params[to].data() + off, n, pf, true, &packets);
       off += n;
     }
     transport::SendOptions options;
     options.plan = v;
-    flows.push_back(endpoint_->Send(servers[to], t, std::move(packets), options));
+    m.flows.push_back(endpoint_->Send(servers[to], t, std::move(packets), options));
   }
   // In: the chunks this server takes over, from their previous owners.
-  std::vector<std::vector<uint32_t>> in_chunks(config_.num_servers);
   for (uint32_t c = 0; c < layout_.num_chunks(); ++c) {
-    if (next.map.owner(c) == me && map_.owner(c) != me) in_chunks[map_.owner(c)].push_back(c);
+    if (next.map.owner(c) == me && map_.owner(c) != me) {
+      m.in[map_.owner(c)].push_back(c);
+      m.installing = true;
+    }
   }
   mu_.Lock();
+  moving_ = std::move(m);
   auto arrived = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (uint32_t from = 0; from < config_.num_servers; ++from) {
-      if (in_chunks[from].empty()) continue;
-      const Incoming& in = incoming_[from];
-      if (in.plan != v || in.iteration != t || !in.complete) return false;
-      for (uint32_t c : in_chunks[from]) {
-        auto it = in.chunks.find(c);
-        if (it == in.chunks.end() || it->second.size() != (1 + nslots) * layout_.chunk(c).floats) {
-          return false;
-        }
-      }
+      if (!ChunksIn(from, v, moving_.in[from], false)) return false;
     }
     return true;
   };
@@ -306,11 +351,10 @@ bool ShardServer::Switch(uint32_t t, const Plan& next) {
   while (!arrived() && !stop_) changed_.Wait(&mu_);
   if (stop_) {
     mu_.Unlock();
-    for (auto& h : flows) endpoint_->Cancel(h);
-    for (auto& h : flows) h->Wait(absl::InfiniteDuration());
     return false;
   }
   // The new layout: chunks kept, then chunks taken over, in chunk order.
+  // The state of those taken over comes later (InstallState).
   std::vector<uint32_t> owned = next.map.ChunksOf(me);
   absl::flat_hash_map<uint32_t, size_t> local;
   size_t floats = 0;
@@ -321,7 +365,6 @@ bool ShardServer::Switch(uint32_t t, const Plan& next) {
   std::vector<float> params(floats);
   auto optimizer = std::make_unique<train::OptimizerState>(optimizer_config_, floats);
   optimizer->set_steps(optimizer_->steps());
-  uint64_t received = 0;
   for (uint32_t c : owned) {
     const Chunk ch = layout_.chunk(c);
     const size_t to = local[c];
@@ -334,16 +377,9 @@ bool ShardServer::Switch(uint32_t t, const Plan& next) {
       }
       continue;
     }
-    const std::vector<float>& state = incoming_[map_.owner(c)].chunks.at(c);
-    std::copy_n(state.begin(), ch.floats, params.begin() + to);
-    for (size_t k = 0; k < nslots; ++k) {
-      std::copy_n(state.begin() + (k + 1) * ch.floats, ch.floats,
-                  optimizer->mutable_slot(k).begin() + to);
+    for (const Incoming& in : incoming_[map_.owner(c)]) {
+      if (in.plan == v) std::copy_n(in.chunks.at(c).state.begin(), ch.floats, params.begin() + to);
     }
-    ++received;
-  }
-  for (Incoming& in : incoming_) {
-    if (in.plan <= v) in = Incoming();
   }
   owned_ = std::move(owned);
   local_ = std::move(local);
@@ -356,22 +392,159 @@ bool ShardServer::Switch(uint32_t t, const Plan& next) {
   map_ = next.map;
   batch_ = next.batch;
   plan_version_ = v;
+  if (!moving_.installing) installed_plan_ = v;
   push_packets_ = next.packets[me];
   ++stats_.plan_switches;
   stats_.plan_version = v;
   stats_.plan_from = t;
   stats_.chunks_sent += sent;
-  stats_.chunks_received += received;
   changed_.SignalAll();
   mu_.Unlock();
+  return true;
+}
+
+void ShardServer::SendEarly(uint32_t t, const Plan& next, const std::vector<size_t>& ready) {
+  const uint32_t me = config_.server_index;
+  const uint32_t v = static_cast<uint32_t>(next.map.version());
+  const uint32_t pf = config_.endpoint.payload_floats();
+  if (early_.plan != v) {
+    for (auto& h : early_.flows) endpoint_->Cancel(h);  // of a plan superseded
+    for (auto& h : early_.flows) h->Wait(absl::InfiniteDuration());
+    early_ = Early();
+    early_.plan = v;
+    early_.sent.assign(layout_.num_chunks(), false);
+  }
+  std::vector<Peer> servers;
+  {
+    absl::MutexLock lock(&mu_);
+    servers = servers_;
+  }
+  std::vector<std::vector<uint32_t>> chunks(config_.num_servers);
+  for (size_t k : ready) {
+    for (size_t i = segs_[k].first; i < segs_[k].first + segs_[k].count; ++i) {
+      const uint32_t c = owned_[i];
+      if (next.map.owner(c) != me && !early_.sent[c]) chunks[next.map.owner(c)].push_back(c);
+    }
+  }
+  for (uint32_t to = 0; to < config_.num_servers; ++to) {
+    if (chunks[to].empty()) continue;
+    auto buf = std::make_unique<std::vector<float>>();
+    for (uint32_t c : chunks[to]) {
+      const size_t at = local_.at(c);
+      buf->insert(buf->end(), params_.begin() + at, params_.begin() + at + layout_.chunk(c).floats);
+    }
+    std::vector<transport::PacketSpan> packets;
+    size_t off = 0;
+    for (uint32_t c : chunks[to]) {
+      const uint32_t n = layout_.chunk(c).floats;
+      transport::AppendPackets(c, buf->data() + off, n, pf, true, &packets);
+      off += n;
+      early_.sent[c] = true;
+    }
+    transport::SendOptions options;
+    options.plan = v;
+    early_.flows.push_back(endpoint_->Send(servers[to], t, std::move(packets), options));
+    early_.buffers.push_back(std::move(buf));
+    absl::MutexLock lock(&mu_);
+    stats_.chunks_sent_early += chunks[to].size();
+  }
+}
+
+void ShardServer::SendState(uint32_t t) {
+  const size_t nslots = optimizer_->slot_count();
+  if (nslots == 0) return;
+  // After the parameters, which the new owners' broadcasts wait for: a
+  // state flow beside them would halve their rate. No push of this round
+  // can come before they are in (every worker waits for those owners).
+  for (auto& h : moving_.flows) {
+    while (!h->Wait(absl::Milliseconds(100))) {
+      if (stop_) return;
+    }
+  }
+  const uint32_t pf = config_.endpoint.payload_floats();
+  std::vector<Peer> servers;
+  {
+    absl::MutexLock lock(&mu_);
+    servers = servers_;
+  }
+  for (uint32_t to = 0; to < moving_.out.size(); ++to) {
+    if (moving_.out[to].empty()) continue;
+    // Each chunk's slots, at their offsets in its [params | slots] state.
+    std::vector<transport::PacketSpan> packets;
+    size_t off = 0;
+    for (uint32_t c : moving_.out[to]) {
+      const uint32_t floats = layout_.chunk(c).floats;
+      const size_t first = packets.size();
+      const uint32_t n = uint32_t(nslots * floats);
+      transport::AppendPackets(c, moving_.state[to].data() + off, n, pf, true, &packets);
+      for (size_t i = first; i < packets.size(); ++i) packets[i].chunk_offset += floats;
+      off += n;
+    }
+    transport::SendOptions options;
+    options.plan = moving_.plan;
+    moving_.flows.push_back(endpoint_->Send(servers[to], t, std::move(packets), options));
+  }
+}
+
+bool ShardServer::InstallState(bool wait) {
+  if (!moving_.installing) return true;
+  const size_t nslots = optimizer_->slot_count();
+  const uint32_t v = moving_.plan;
+  auto arrived = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (uint32_t from = 0; from < config_.num_servers; ++from) {
+      if (!ChunksIn(from, v, moving_.in[from], true)) return false;
+    }
+    return true;
+  };
+  while (!arrived()) {
+    if (!wait || stop_) return false;
+    changed_.Wait(&mu_);
+  }
+  uint64_t received = 0;
+  for (uint32_t from = 0; from < config_.num_servers; ++from) {
+    for (const Incoming& in : incoming_[from]) {
+      if (in.plan != v) continue;
+      for (uint32_t c : moving_.in[from]) {
+        const Chunk ch = layout_.chunk(c);
+        const size_t to = local_.at(c);
+        const std::vector<float>& state = in.chunks.at(c).state;
+        for (size_t k = 0; k < nslots; ++k) {
+          std::copy_n(state.begin() + (k + 1) * ch.floats, ch.floats,
+                      optimizer_->mutable_slot(k).begin() + to);
+        }
+        ++received;
+      }
+    }
+  }
+  for (std::vector<Incoming>& ins : incoming_) {
+    ins.erase(
+        std::remove_if(ins.begin(), ins.end(), [&](const Incoming& in) { return in.plan <= v; }),
+        ins.end());
+  }
+  moving_.installing = false;
+  installed_plan_ = v;
+  stats_.chunks_received += received;
+  changed_.SignalAll();
+  return true;
+}
+
+void ShardServer::FinishMoved(std::vector<transport::FlowTiming>* timings) {
   // The copies sent must outlive their flows; receivers hold them early,
   // so this costs at most one path's delay.
-  for (auto& h : flows) {
+  for (auto& h : moving_.flows) {
     while (!h->Wait(absl::Milliseconds(100))) {
       if (stop_) endpoint_->Cancel(h);
     }
   }
-  return true;
+  if (timings != nullptr) {
+    for (auto& h : moving_.flows) timings->push_back(h->timing());
+  }
+  for (auto& h : moving_.flows_other) h->Wait(absl::InfiniteDuration());  // cancelled
+  moving_.flows.clear();
+  moving_.flows_other.clear();
+  moving_.early.clear();
+  moving_.params.clear();
+  moving_.state.clear();
 }
 
 void ShardServer::Start() {
@@ -526,19 +699,38 @@ transport::DropReason ShardServer::AcceptFlow(const Peer& from, const Header& fi
                  ? transport::DropReason::kNone
                  : transport::DropReason::kBadFlowSize;
     }
-    // Chunks moving here under a plan newer than the one followed; held
-    // until this server switches (its announcement may still be on the way).
+    // Chunks moving here under a plan whose chunks are not all in yet;
+    // held until this server takes them (its announcement may still be
+    // on the way). Per sender: two plans (the oldest goes for a newer
+    // one), two flows each (parameters, then optimizer state).
     if (first.total_packets > migrate_packets_max_) return transport::DropReason::kBadFlowSize;
-    Incoming& in = incoming_[server];
-    if (first.plan <= plan_version_ || first.plan < in.plan) {
+    std::vector<Incoming>& ins = incoming_[server];
+    if (first.plan <= installed_plan_) {
       ++stats_.stale_plan;
       return transport::DropReason::kUnexpected;
     }
+    auto in = std::find_if(ins.begin(), ins.end(),
+                           [&](const Incoming& i) { return i.plan == first.plan; });
+    if (in == ins.end()) {
+      if (ins.size() >= kIncomingPlans) {
+        in = std::min_element(ins.begin(), ins.end(),
+                              [](const Incoming& a, const Incoming& b) { return a.plan < b.plan; });
+        if (in->plan > first.plan) {
+          ++stats_.stale_plan;
+          return transport::DropReason::kUnexpected;
+        }
+        *in = Incoming();
+      } else {
+        in = ins.insert(ins.end(), Incoming());
+      }
+      in->plan = first.plan;
+    }
+    // A flow carries one chunk at least: parameters, state, or both.
+    if (in->flows.size() > 2 * size_t(layout_.num_chunks())) {
+      return transport::DropReason::kBadFlowSize;
+    }
     if (book_->For(first.iteration).map.version() != first.plan) ++stats_.held_flows;
-    in = Incoming();
-    in.flow_id = first.flow_id;
-    in.plan = first.plan;
-    in.iteration = first.iteration;
+    in->flows.push_back(first.flow_id);
     return transport::DropReason::kNone;
   }
   // A push is of the plan this server follows (a worker pushes a round
@@ -577,17 +769,22 @@ void ShardServer::OnData(const Peer& from, const Header& h, const uint8_t* paylo
       }
       return;
     }
-    Incoming& in = incoming_[server];
+    Incoming* in = FindIncoming(uint32_t(server), h.flow_id);
     const uint64_t stride = 1 + optimizer_->slot_count();
-    if (in.flow_id != h.flow_id || in.plan != h.plan || h.chunk_id >= layout_.num_chunks() ||
+    if (in == nullptr || in->plan != h.plan || h.chunk_id >= layout_.num_chunks() ||
         uint64_t(h.chunk_offset) + floats > stride * layout_.chunk(h.chunk_id).floats) {
       ++stats_.bad_chunks;
       return;
     }
-    // Bounded: one flow per sender, each chunk at most its state's size.
-    std::vector<float>& state = in.chunks[h.chunk_id];
-    state.resize(stride * layout_.chunk(h.chunk_id).floats);
-    std::memcpy(state.data() + h.chunk_offset, payload, h.payload_bytes);
+    // Bounded: two plans per sender, each chunk at most its state's size.
+    const uint64_t chunk_floats = layout_.chunk(h.chunk_id).floats;
+    InChunk& c = in->chunks[h.chunk_id];
+    c.state.resize(stride * chunk_floats);
+    std::memcpy(c.state.data() + h.chunk_offset, payload, h.payload_bytes);
+    const uint64_t lo = h.chunk_offset, hi = lo + floats;
+    const uint64_t in_params = lo < chunk_floats ? std::min(hi, chunk_floats) - lo : 0;
+    c.params += in_params;
+    c.slots += floats - in_params;
     return;
   }
   if (!round_open_ || h.iteration != round_) return;      // closed while in flight
@@ -627,12 +824,8 @@ void ShardServer::OnFlowDone(const Peer& from, const transport::FlowResult& resu
       changed_.SignalAll();
       return;
     }
-    Incoming& in = incoming_[server];
-    if (in.flow_id == result.flow_id && in.plan == result.plan) {
-      in.done = true;
-      in.complete = result.complete();
-      changed_.SignalAll();
-    }
+    // Its chunks' floats are counted as they came: wake the round thread.
+    if (FindIncoming(uint32_t(server), result.flow_id) != nullptr) changed_.SignalAll();
     return;
   }
   if (!round_open_ || result.iteration != round_) return;
@@ -772,10 +965,11 @@ double ShardServer::MaybeCheckpoint(uint32_t t) {
 }
 
 size_t ShardServer::StreamReady(uint32_t t, uint64_t* partial_elements) {
-  if (seg_packets_.size() < 2 || t + 1 > config_.total_iterations || slots_.empty() ||
-      PlanDue(t + 1)) {
-    return 0;
-  }
+  if (seg_packets_.size() < 2 || t + 1 > config_.total_iterations || slots_.empty()) return 0;
+  // A round t + 1 under another plan goes out from that plan's owners
+  // once they have the chunks that move (Switch): of the segments applied
+  // now, only those chunks' parameters leave, to their new owners.
+  const std::optional<Plan> next = PlanDue(t + 1);
   std::vector<size_t> ready;
   for (size_t k = 0; k < seg_packets_.size(); ++k) {
     if (applied_[k]) continue;
@@ -785,6 +979,8 @@ size_t ShardServer::StreamReady(uint32_t t, uint64_t* partial_elements) {
     if (in) ready.push_back(k);
   }
   if (ready.empty()) return 0;
+  // The state of the chunks taken over at this round's switch first.
+  if (!InstallState(false)) return 0;
   // Every live worker's input, in rank order as at the round's close; a
   // push that ended with holes counts with them.
   std::vector<const float*> inputs;
@@ -809,9 +1005,16 @@ size_t ShardServer::StreamReady(uint32_t t, uint64_t* partial_elements) {
   }
   if (!said || !Unequal(samples.data(), samples.size())) samples.clear();
   const uint32_t plan = plan_version_;
+  const bool servers_known = servers_.size() == config_.num_servers;
   mu_.Unlock();
   for (size_t k : ready) {
     *partial_elements += ApplyStep(t, segs_[k].lo, segs_[k].hi, inputs, missing, samples, bubbles);
+  }
+  if (next) {
+    for (size_t k : ready) applied_[k] = true;
+    if (servers_known) SendEarly(t + 1, *next, ready);
+    mu_.Lock();
+    return ready.size();
   }
   if (sent_.iteration != int64_t(t) + 1 || sent_.plan != plan) {
     sent_ = Sent{int64_t(t) + 1, plan, std::vector<bool>(segs_.size(), false), to};
@@ -880,6 +1083,9 @@ void ShardServer::Run() {
         changed_.SignalAll();  // AwaitStats
       }
       Broadcast(t);
+      // The state of the chunks given up: after the parameters, which
+      // every worker waits for.
+      if (due) SendState(t);
       return true;
     };
     if (config_.server_index == 0) Announce(t);
@@ -935,6 +1141,12 @@ void ShardServer::Run() {
         }
       }
       round_open_ = false;
+      // The step needs the state of the chunks taken over at this round's
+      // switch, however the round closed.
+      if (!InstallState(true)) {
+        mu_.Unlock();
+        break;
+      }
       pushes.clear();
       // Sum in worker rank order, so results never depend on hash order.
       for (const Peer& w : workers_) {
@@ -990,6 +1202,8 @@ void ShardServer::Run() {
     // not push out, by keep_last, the rounds the others also hold.
     for (size_t k = 0; k < samples_.size() && k < batch_.size(); ++k) samples_[k] += batch_[k];
     const double snapshot_ms = inputs.empty() ? 0 : MaybeCheckpoint(t);
+    std::vector<transport::FlowTiming> moves;
+    FinishMoved(config_.trace != nullptr ? &moves : nullptr);
     const auto agg_end = Clock::now();
     if (config_.trace != nullptr) {
       JsonWriter line;
@@ -1011,6 +1225,13 @@ void ShardServer::Run() {
       line.Key("bcasts").BeginArray();
       for (auto& h : in_flight_[t % 2]) AppendJson(h->timing(), &line);
       line.EndArray();
+      // A switch at this round: the chunks it gave up (parameters, then
+      // state), done (FinishMoved).
+      if (!moves.empty()) {
+        line.Key("moves").BeginArray();
+        for (const transport::FlowTiming& m : moves) AppendJson(m, &line);
+        line.EndArray();
+      }
       line.EndObject();
       config_.trace->Write(line.str());
     }

@@ -25,9 +25,12 @@
 // Plans (plan.h, docs/plan.md): the chunk map is a versioned value. Server
 // 0 takes proposals (ProposePlan), picks the round each starts at
 // (plan_lead rounds ahead) and announces it to every server and worker.
-// At that round each server sends the chunks it gives up, with their
-// optimizer state, to their new owners, waits for the chunks it takes
-// over, and only then broadcasts. Every flow carries its plan version:
+// At that round each server sends the parameters of the chunks it gives
+// up to their new owners (with segments, those the round before applied
+// early left then), waits for the parameters of the chunks it takes
+// over, and broadcasts; the chunks' optimizer state follows, and is
+// needed only before the round's first step, so the switch's critical
+// path carries the parameters only. Every flow carries its plan version:
 // pushes of another plan are refused and counted; chunks and announcements
 // that come before this server can use them are held. A server that opened
 // the round before the announcement reached it opens it again under the
@@ -149,6 +152,7 @@ struct ShardServerStats {
   uint64_t plan_from = 0;  // the round plan_version started at
   uint64_t plan_switches = 0;
   uint64_t chunks_sent = 0;
+  uint64_t chunks_sent_early = 0;  // their parameters, during the round before
   uint64_t chunks_received = 0;
   uint64_t stale_plan = 0;
   uint64_t plan_ahead = 0;
@@ -260,9 +264,26 @@ class ShardServer : public transport::Receiver {
   // Server 0, at round t's open: announces the newest proposal (if the
   // plan before it is in force) and the plans some peer was not told of.
   void Announce(uint32_t t);
-  // Switches to `next` (in force from round t): chunks out, chunks in,
-  // then the new layout. False when stopped first.
+  // Switches to `next` (in force from round t): the parameters of the
+  // chunks given up out, those of the chunks taken over in, then the new
+  // layout; their optimizer state is packed for SendState. False when
+  // stopped first.
   bool Switch(uint32_t t, const Plan& next);
+  // After the switch's broadcast: the optimizer state of the chunks given
+  // up, one flow per new owner.
+  void SendState(uint32_t t);
+  // Round t - 1 of a switch to `next` at t: sends the parameters of the
+  // chunks given up in segments `ready` (just applied) to their new
+  // owners, so that Switch waits only for the rest.
+  void SendEarly(uint32_t t, const Plan& next, const std::vector<size_t>& ready);
+  // Waits (no deadline: it exists nowhere else) for the optimizer state
+  // of the chunks taken over at the switch and puts it in place; false
+  // when stopped first, or, with `wait` false, when some is still coming.
+  // Before the first step under the plan.
+  bool InstallState(bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits for the flows of the last switch, so their buffers may go;
+  // their timings (traces) into `timings` when set.
+  void FinishMoved(std::vector<transport::FlowTiming>* timings = nullptr);
   // The plan that holds at `t` when it is not the one followed, copied.
   std::optional<Plan> PlanDue(uint32_t t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int ServerIndex(const transport::Peer& p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -283,6 +304,9 @@ class ShardServer : public transport::Receiver {
   size_t floats_ = 0;
   uint64_t push_packets_ ABSL_GUARDED_BY(mu_) = 0;  // total_packets of every push
   uint32_t plan_version_ ABSL_GUARDED_BY(mu_) = kFirstPlanVersion;
+  // The newest plan whose chunks (parameters and state) are all here:
+  // chunk flows of it or older are refused.
+  uint32_t installed_plan_ ABSL_GUARDED_BY(mu_) = kFirstPlanVersion;
   std::unique_ptr<transport::Transport> own_endpoint_;
   transport::Transport* endpoint_ = nullptr;  // own_endpoint_ or the shared one
   std::unique_ptr<train::OptimizerState> optimizer_;
@@ -346,17 +370,50 @@ class ShardServer : public transport::Receiver {
   std::vector<transport::Peer> servers_ ABSL_GUARDED_BY(mu_);
   // An announcement being received from server 0 (its flow id and words).
   std::unique_ptr<PlanReceiver> announcements_in_ ABSL_GUARDED_BY(mu_);
-  // Chunks another server sends this one, per sender index: the newest
-  // flow's plan, round and chunk states ([params | optimizer slots]).
-  struct Incoming {
-    uint32_t flow_id = 0;
-    uint32_t plan = 0;
-    uint32_t iteration = 0;
-    bool done = false;
-    bool complete = false;
-    absl::flat_hash_map<uint32_t, std::vector<float>> chunks;
+  // Chunks another server sends this one, per sender index and plan (the
+  // two newest): each chunk's state ([params | optimizer slots]) and the
+  // floats of each part arrived (the transport delivers each packet
+  // once), from at most two flows per chunk (parameters, then state).
+  struct InChunk {
+    std::vector<float> state;
+    uint64_t params = 0, slots = 0;
   };
-  std::vector<Incoming> incoming_ ABSL_GUARDED_BY(mu_);
+  struct Incoming {
+    uint32_t plan = 0;
+    std::vector<uint32_t> flows;
+    absl::flat_hash_map<uint32_t, InChunk> chunks;
+  };
+  static constexpr size_t kIncomingPlans = 2;
+  std::vector<std::vector<Incoming>> incoming_ ABSL_GUARDED_BY(mu_);
+  Incoming* FindIncoming(uint32_t server, uint32_t flow_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether every chunk of `chunks` from `server` under `plan` has its
+  // parameters (or its whole state) here.
+  bool ChunksIn(uint32_t server, uint32_t plan, const std::vector<uint32_t>& chunks,
+                bool whole) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The last switch (round thread): what goes out, by new owner, packed
+  // per chunk ([params] in `params`, [slots] in `state`), the flows sent,
+  // and the chunks taken over, by previous owner, whose state is to come.
+  struct Moving {
+    uint32_t plan = 0;
+    std::vector<std::vector<float>> params, state;
+    std::vector<std::unique_ptr<std::vector<float>>> early;  // SendEarly's buffers
+    std::vector<std::vector<uint32_t>> out;
+    std::vector<std::shared_ptr<transport::SendHandle>> flows;
+    std::vector<std::shared_ptr<transport::SendHandle>> flows_other;  // cancelled
+    std::vector<std::vector<uint32_t>> in;
+    bool installing = false;
+  };
+  Moving moving_;
+  // The parameters of chunks given up that left during the round before
+  // a switch (SendEarly): under which plan, which chunks (by id), their
+  // buffers and flows. Switch takes them over.
+  struct Early {
+    uint32_t plan = 0;
+    std::vector<bool> sent;
+    std::vector<std::unique_ptr<std::vector<float>>> buffers;
+    std::vector<std::shared_ptr<transport::SendHandle>> flows;
+  };
+  Early early_;
   // Server 0: the announcements sent (by version: words as floats, flows)
   // and the newest version each peer was told of.
   struct Announcement {

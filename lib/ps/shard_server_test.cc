@@ -37,7 +37,11 @@ class ParamSink : public transport::Receiver {
     for (auto& b : params_) b.assign(n, std::nanf(""));
   }
   DropReason AcceptFlow(const Peer&, const Header& h) override {
-    return h.iteration < iterations_ ? DropReason::kNone : DropReason::kUnexpected;
+    // Parameters only: not a plan's announcement.
+    if (h.iteration >= iterations_ || h.chunk_id == kPlanChunk) return DropReason::kUnexpected;
+    absl::MutexLock lock(&mu_);
+    tags_.emplace(h.iteration, std::make_pair(h.plan, h.samples));
+    return DropReason::kNone;
   }
   void OnData(const Peer&, const Header& h, const uint8_t* payload) override {
     absl::MutexLock lock(&mu_);
@@ -64,6 +68,12 @@ class ParamSink : public transport::Receiver {
     absl::MutexLock lock(&mu_);
     return params_[iteration];
   }
+  // The plan and layout plan (Header::samples) of the iteration's first flow.
+  std::pair<uint32_t, uint32_t> tag(uint32_t iteration) {
+    absl::MutexLock lock(&mu_);
+    auto it = tags_.find(iteration);
+    return it != tags_.end() ? it->second : std::make_pair(0u, 0u);
+  }
 
  private:
   const uint32_t chunk_floats_;
@@ -72,6 +82,7 @@ class ParamSink : public transport::Receiver {
   std::vector<std::vector<float>> params_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> done_ ABSL_GUARDED_BY(mu_);
   int flows_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint32_t, std::pair<uint32_t, uint32_t>> tags_ ABSL_GUARDED_BY(mu_);
 };
 
 const Peer kServerAddr{htonl(0x0A000001), htons(7000)};
@@ -227,7 +238,7 @@ ShardServerConfig CheckpointingConfig(uint64_t n, storage::CheckpointWriter* wri
 // for the flow to end. `samples`: what the gradient averages over (0: not said).
 void PushChunks(transport::Endpoint& worker, const Peer& server, uint32_t iteration,
                 const std::vector<float>& grad, const std::vector<uint32_t>& chunks, uint32_t chunk,
-                uint32_t payload_floats, uint32_t samples = 0) {
+                uint32_t payload_floats, uint32_t samples = 0, uint32_t plan = 1) {
   std::vector<transport::PacketSpan> packets;
   for (uint32_t c : chunks) {
     const uint64_t off = uint64_t(c) * chunk;
@@ -236,7 +247,7 @@ void PushChunks(transport::Endpoint& worker, const Peer& server, uint32_t iterat
                              false, &packets);
   }
   transport::SendOptions options;
-  options.plan = 1;  // the job's even split
+  options.plan = plan;  // 1: the job's even split
   options.samples = samples;
   auto h = worker.Send(server, iteration, std::move(packets), options);
   REQUIRE(h->Wait(absl::Seconds(20)));
@@ -584,6 +595,87 @@ TEST_CASE("a segment every worker pushed is applied and sent before its round cl
   for (float x : sink_a.params(1)) REQUIRE(x == 8.0f);
   // Two segment flows of round 0, then two of round 1.
   CHECK(sink_a.flows() == 4);
+}
+
+// A switch at round t: the server broadcasts the round once the
+// parameters of the chunks it takes over came, and their optimizer state
+// may come after; the step waits for it. Server 1 is a raw endpoint that
+// hands its chunk over in two flows, the state only once the worker has
+// pushed round 1.
+TEST_CASE("a switch broadcasts with the parameters taken over, the step waits for their state",
+          "[shard_server][plan]") {
+  const uint32_t chunk = 4096;
+  const uint64_t n = 2 * chunk;
+  ShardServerConfig sc;
+  sc.num_params = n;
+  sc.chunk_floats = chunk;
+  sc.num_servers = 2;
+  sc.optimizer.learning_rate = 1.0f;
+  sc.optimizer.momentum = 0.5f;
+  sc.endpoint.key = transport::testing::TestKey();
+  sc.total_iterations = 2;
+  sc.round_deadline = absl::Seconds(120);  // never: the test ends every round
+  std::vector<float> init(n, 10.0f);
+  transport::SimNetwork net(RealClock::Get(), 23);
+  SimServer server(net, sc, init);
+  ParamSink sink(n, chunk, 3), other_sink(n, chunk, 3);
+  EndpointConfig wc;
+  wc.key = transport::testing::TestKey();
+  const uint32_t pf = wc.payload_floats();
+  auto worker = transport::testing::SimEndpoint(net, kWorkerAddr, wc, &sink, RealClock::Get());
+  auto other = transport::testing::SimEndpoint(net, Peer{htonl(0x0A000009), htons(7000)}, wc,
+                                               &other_sink, RealClock::Get());
+  REQUIRE(worker.ok());
+  REQUIRE(other.ok());
+  const ChunkLayout layout = *ChunkLayout::Create(n, chunk);
+  REQUIRE(ChunkMap::EvenSplit(layout, 2, 1)->owner(0) == 0);
+  server->SetServers({server->local(), (*other)->local()});
+  server->SetWorkers({(*worker)->local()});
+  // Version 2: both chunks on server 0, from round 1.
+  REQUIRE(server->ProposePlan(*ChunkMap::FromOwners(layout, 2, {0, 0}, 2), {}, 1).ok());
+  server->Start();
+  REQUIRE(sink.Wait(0, absl::Seconds(20)));
+  CHECK(sink.tag(0).first == 1);
+  const std::vector<float> ones(n, 1.0f);
+  PushChunks(**worker, server->local(), 0, ones, {0}, chunk, pf);
+  // Server 1 hands over chunk 1's parameters (7); round 1 goes out under
+  // plan 2 with both chunks.
+  auto hand_over = [&](uint32_t offset, float value) {
+    std::vector<float> part(chunk, value);
+    std::vector<transport::PacketSpan> packets;
+    transport::AppendPackets(1, part.data(), chunk, pf, true, &packets);
+    for (transport::PacketSpan& p : packets) p.chunk_offset += offset;
+    transport::SendOptions options;
+    options.plan = 2;
+    auto h = (*other)->Send(server->local(), 1, std::move(packets), options);
+    REQUIRE(h->Wait(absl::Seconds(20)));
+  };
+  hand_over(0, 7.0f);
+  REQUIRE(sink.Wait(1, absl::Seconds(20)));
+  CHECK(sink.tag(1).first == 2);
+  const std::vector<float> one = sink.params(1);
+  CHECK(one[0] == 9.0f);  // 10 - 1
+  CHECK(one[chunk] == 7.0f);
+  ShardServerStats st = server->GetStats();
+  CHECK(st.plan_version == 2);
+  CHECK(st.chunks_received == 0);  // its state has not come
+  // The worker pushes round 1 by plan 2 (both chunks to server 0): taken,
+  // but the step waits for chunk 1's momentum (2).
+  PushChunks(**worker, server->local(), 1, ones, {0, 1}, chunk, pf, 0, 2);
+  CHECK(server->GetStats().iteration == 1);
+  hand_over(chunk, 2.0f);
+  REQUIRE(sink.Wait(2, absl::Seconds(20)));
+  const std::vector<float> two = sink.params(2);
+  // Chunk 0: momentum 1 after round 0, 0.5 * 1 + 1 = 1.5 now: 9 - 1.5.
+  CHECK(two[0] == 7.5f);
+  // Chunk 1: its momentum came with it: 0.5 * 2 + 1 = 2, so 7 - 2.
+  CHECK(two[chunk] == 5.0f);
+  REQUIRE(server->WaitFinished(absl::Seconds(20)));
+  st = server->GetStats();
+  CHECK(st.rounds_complete == 2);
+  CHECK(st.chunks_received == 1);
+  CHECK(st.plan_switches == 1);
+  CHECK(st.plan_from == 1);
 }
 
 }  // namespace
