@@ -269,7 +269,6 @@ bool ShardServer::Switch(uint32_t t, const Plan& next) {
   const uint32_t me = config_.server_index;
   const uint32_t v = static_cast<uint32_t>(next.map.version());
   const size_t nslots = optimizer_->slot_count();
-  const uint32_t pf = config_.endpoint.payload_floats();
   std::vector<Peer> servers;
   {
     // Chunks go to servers by address: wait for them (SetServers).
@@ -319,17 +318,8 @@ bool ShardServer::Switch(uint32_t t, const Plan& next) {
   }
   early_ = Early();
   for (uint32_t to = 0; to < config_.num_servers; ++to) {
-    if (late[to].empty()) continue;
-    std::vector<transport::PacketSpan> packets;
-    size_t off = 0;
-    for (uint32_t c : late[to]) {
-      const uint32_t n = layout_.chunk(c).floats;
-      transport::AppendPackets(c, m.params[to].data() + off, n, pf, true, &packets);
-      off += n;
-    }
-    transport::SendOptions options;
-    options.plan = v;
-    m.flows.push_back(endpoint_->Send(servers[to], t, std::move(packets), options));
+    if (!late[to].empty())
+      m.flows.push_back(SendChunks(servers[to], t, v, late[to], m.params[to], 0));
   }
   // In: the chunks this server takes over, from their previous owners.
   for (uint32_t c = 0; c < layout_.num_chunks(); ++c) {
@@ -406,7 +396,6 @@ bool ShardServer::Switch(uint32_t t, const Plan& next) {
 void ShardServer::SendEarly(uint32_t t, const Plan& next, const std::vector<size_t>& ready) {
   const uint32_t me = config_.server_index;
   const uint32_t v = static_cast<uint32_t>(next.map.version());
-  const uint32_t pf = config_.endpoint.payload_floats();
   if (early_.plan != v) {
     for (auto& h : early_.flows) endpoint_->Cancel(h);  // of a plan superseded
     for (auto& h : early_.flows) h->Wait(absl::InfiniteDuration());
@@ -433,17 +422,8 @@ void ShardServer::SendEarly(uint32_t t, const Plan& next, const std::vector<size
       const size_t at = local_.at(c);
       buf->insert(buf->end(), params_.begin() + at, params_.begin() + at + layout_.chunk(c).floats);
     }
-    std::vector<transport::PacketSpan> packets;
-    size_t off = 0;
-    for (uint32_t c : chunks[to]) {
-      const uint32_t n = layout_.chunk(c).floats;
-      transport::AppendPackets(c, buf->data() + off, n, pf, true, &packets);
-      off += n;
-      early_.sent[c] = true;
-    }
-    transport::SendOptions options;
-    options.plan = v;
-    early_.flows.push_back(endpoint_->Send(servers[to], t, std::move(packets), options));
+    for (uint32_t c : chunks[to]) early_.sent[c] = true;
+    early_.flows.push_back(SendChunks(servers[to], t, v, chunks[to], *buf, 0));
     early_.buffers.push_back(std::move(buf));
     absl::MutexLock lock(&mu_);
     stats_.chunks_sent_early += chunks[to].size();
@@ -461,7 +441,6 @@ void ShardServer::SendState(uint32_t t) {
       if (stop_) return;
     }
   }
-  const uint32_t pf = config_.endpoint.payload_floats();
   std::vector<Peer> servers;
   {
     absl::MutexLock lock(&mu_);
@@ -469,21 +448,33 @@ void ShardServer::SendState(uint32_t t) {
   }
   for (uint32_t to = 0; to < moving_.out.size(); ++to) {
     if (moving_.out[to].empty()) continue;
-    // Each chunk's slots, at their offsets in its [params | slots] state.
-    std::vector<transport::PacketSpan> packets;
-    size_t off = 0;
-    for (uint32_t c : moving_.out[to]) {
-      const uint32_t floats = layout_.chunk(c).floats;
-      const size_t first = packets.size();
-      const uint32_t n = uint32_t(nslots * floats);
-      transport::AppendPackets(c, moving_.state[to].data() + off, n, pf, true, &packets);
-      for (size_t i = first; i < packets.size(); ++i) packets[i].chunk_offset += floats;
-      off += n;
-    }
-    transport::SendOptions options;
-    options.plan = moving_.plan;
-    moving_.flows.push_back(endpoint_->Send(servers[to], t, std::move(packets), options));
+    moving_.flows.push_back(SendChunks(servers[to], t, moving_.plan, moving_.out[to],
+                                       moving_.state[to], uint32_t(nslots)));
   }
+}
+
+std::shared_ptr<transport::SendHandle> ShardServer::SendChunks(const Peer& to, uint32_t t,
+                                                               uint32_t plan,
+                                                               const std::vector<uint32_t>& chunks,
+                                                               const std::vector<float>& data,
+                                                               uint32_t slots) {
+  const uint32_t pf = config_.endpoint.payload_floats();
+  std::vector<transport::PacketSpan> packets;
+  size_t off = 0;
+  for (uint32_t c : chunks) {
+    const uint32_t floats = layout_.chunk(c).floats;
+    const uint32_t n = slots == 0 ? floats : slots * floats;
+    const size_t first = packets.size();
+    transport::AppendPackets(c, data.data() + off, n, pf, true, &packets);
+    // The slots lie after the parameters in a chunk's [params | slots].
+    if (slots > 0) {
+      for (size_t i = first; i < packets.size(); ++i) packets[i].chunk_offset += floats;
+    }
+    off += n;
+  }
+  transport::SendOptions options;
+  options.plan = plan;
+  return endpoint_->Send(to, t, std::move(packets), options);
 }
 
 bool ShardServer::InstallState(bool wait) {

@@ -281,6 +281,13 @@ class ShardServer : public transport::Receiver {
   // when stopped first, or, with `wait` false, when some is still coming.
   // Before the first step under the plan.
   bool InstallState(bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One flow of `chunks` to `to`, tagged with round t and `plan`: `data`
+  // holds each chunk's parameters (slots 0) or its `slots` optimizer
+  // slots, chunk after chunk; it must outlive the flow.
+  std::shared_ptr<transport::SendHandle> SendChunks(const transport::Peer& to, uint32_t t,
+                                                    uint32_t plan,
+                                                    const std::vector<uint32_t>& chunks,
+                                                    const std::vector<float>& data, uint32_t slots);
   // Waits for the flows of the last switch, so their buffers may go;
   // their timings (traces) into `timings` when set.
   void FinishMoved(std::vector<transport::FlowTiming>* timings = nullptr);
