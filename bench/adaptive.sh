@@ -152,6 +152,17 @@ start_cluster() {  # start_cluster HOSTS WORKER_HOST0 (1: worker-0 on host 1, al
   exit 1
 }
 
+scrape_metrics() {  # scrape_metrics TAG HOSTS: each node's metrics to DIR/metrics-TAG-NODE.txt
+  local i node maddr
+  for i in $(seq 0 $(($2 - 1))); do
+    for node in "psd-$i" "worker-$i"; do
+      maddr=$(sed -nE 's/.*"metrics_address":"([^"]+)".*/\1/p' "$out/$node.ready")
+      ip netns exec "${HPS_TESTBED}-n$i" curl -s "http://$maddr/metrics" \
+        >"$out/metrics-$1-$node.txt" 2>/dev/null || true
+    done
+  done
+}
+
 job_yaml() {  # job_yaml POLICY ITERATIONS
   cat <<YAML
 name: adaptive-$1
@@ -259,13 +270,7 @@ except Exception:
     print("1 even -")')
     read -r version chunks measured <<<"$plan"
     # Each node's metrics after the job (data plane losses, retransmissions).
-    for i in $(seq 0 $((hosts - 1))); do
-      for node in "psd-$i" "worker-$i"; do
-        maddr=$(sed -nE 's/.*"metrics_address":"([^"]+)".*/\1/p' "$out/$node.ready")
-        ip netns exec "${HPS_TESTBED}-n$i" curl -s "http://$maddr/metrics" \
-          >"$out/metrics-$p-$node.txt" 2>/dev/null || true
-      done
-    done
+    scrape_metrics "$p" "$hosts"
     printf '%-10s %-14s %-10s %-8s %-16s %s   (%s)\n' "$p" "$it_s" \
       "$(awk -v b="$base" -v t="$it_s" 'BEGIN { printf "%.2fx", b / t }')" "$version" "$chunks" \
       "$measured" "$state"
@@ -303,6 +308,11 @@ if [ "$part" = permute ]; then
   state=$(psctl job status -o json | sed -nE 's/.*"state":"([a-z]+)".*/\1/p' | head -1)
   # The plans issued, with the host throughputs each was made from.
   psctl policy show -o json >"$out/permute-plans.json" 2>/dev/null || true
+  # Each node's metrics (re-opened rounds, plan switches, data plane).
+  scrape_metrics permute "$hosts"
+  reopened=$(cat "$out"/metrics-permute-psd-*.txt 2>/dev/null |
+    awk '/^psd_rounds_reopened_total/ { n += $NF } END { print n + 0 }')
+  echo "adaptive: rounds re-opened for a late plan: $reopened (all psds)"
   psctl job cancel >/dev/null || true
   stop_all
   bash $tb down >/dev/null

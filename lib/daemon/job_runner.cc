@@ -173,8 +173,9 @@ void JobRunner::Loop() {
       meter_.SetLocalIp(DataIpOf(a, self_));
     }
     if (spec.ok()) {
-      meter_.SetConfig(
-          {uint64_t(spec->probe_chunk_bytes), uint32_t(spec->probe_chunk_num), spec->report_rate});
+      // A sample older than one update period belongs to a decision ago.
+      meter_.SetConfig({uint64_t(spec->probe_chunk_bytes), uint32_t(spec->probe_chunk_num),
+                        spec->report_rate, uint64_t(spec->update_time_s) * 1'000'000});
     }
     {
       absl::MutexLock lock(&mu_);

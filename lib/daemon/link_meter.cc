@@ -17,6 +17,10 @@ absl::Status ValidateLinkMeterConfig(const LinkMeterConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("probe_chunk_num: ", c.probe_num, " is outside [1, 64]"));
   }
+  if (c.window_us < 100'000 || c.window_us > 3'600'000'000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("link window: ", c.window_us, " us is outside [0.1 s, 1 h]"));
+  }
   if (!(c.report_rate >= 0 && c.report_rate <= 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("report_rate: ", c.report_rate, " is outside [0, 1]"));
@@ -97,15 +101,22 @@ void LinkMeter::OnFlow(const transport::Peer& from, const transport::FlowResult&
     rate = (wire - per_packet) * 1e6 / double(r.last_us - r.first_us);
   }
   Link& l = links_[from];
-  l.recent.push_back({rate, r.bytes});
-  while (l.recent.size() > config_.probe_num) l.recent.pop_front();
+  l.recent.push_back({rate, r.bytes, r.last_us});
+  // Flows end in about the order they are timed; the newest one's end is
+  // this link's now.
+  const uint64_t now_us = std::max(l.now.updated_us, r.last_us);
+  while (l.recent.size() > config_.probe_num ||
+         (l.recent.size() > 1 && l.recent.front().last_us + config_.window_us < now_us)) {
+    l.recent.pop_front();
+  }
   l.now.from = from;
-  const auto best = std::max_element(l.recent.begin(), l.recent.end());
-  l.now.bytes_per_s = best->first;
-  l.now.flow_bytes = best->second;
+  const auto best = std::max_element(l.recent.begin(), l.recent.end(),
+                                     [](const auto& a, const auto& b) { return a.rate < b.rate; });
+  l.now.bytes_per_s = best->rate;
+  l.now.flow_bytes = best->flow_bytes;
   ++l.now.samples;
   l.now.bytes += r.bytes;
-  l.now.updated_us = r.last_us;
+  l.now.updated_us = now_us;
 }
 
 std::vector<LinkSample> LinkMeter::TakeChanged() {
@@ -113,8 +124,8 @@ std::vector<LinkSample> LinkMeter::TakeChanged() {
   absl::MutexLock lock(&mu_);
   std::vector<LinkSample> out;
   for (auto& [peer, l] : links_) {
-    // Only a full window of samples is an estimate.
-    if (l.recent.size() < config_.probe_num) continue;
+    // The first estimate takes probe_num probes.
+    if (l.now.samples < config_.probe_num) continue;
     const double moved =
         l.reported > 0 ? std::abs(l.now.bytes_per_s - l.reported) / l.reported : 1.0;
     const bool refresh = l.now.samples > l.reported_samples && now_us >= l.reported_us + kRefreshUs;

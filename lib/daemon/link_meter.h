@@ -11,10 +11,15 @@
 // arrival (a transport that does not say) the first packet marks the
 // start. Both times are on this node's clock, so no clock offset enters.
 // Flows below probe_bytes (PROBE_CHUNK_SIZE) are ignored; an estimate is
-// the largest of the latest probe_num (PROBE_CHUNK_NUM) samples: a flow's
-// packets leave the bottleneck spaced at its rate or wider (sharing it
-// with other flows, or sent slower), never closer, so the largest is the
-// closest to what the link can carry. A link is reported again once it
+// the largest of the latest probe_num (PROBE_CHUNK_NUM) samples that
+// ended within window_us of the newest: a flow's packets leave the
+// bottleneck spaced at its rate or wider (sharing it with other flows,
+// or sent slower), never closer, so the largest is the closest to what
+// the link can carry; and a sample older than the window (the job's
+// update period) describes the network of a decision ago, so a link that
+// sees one flow a round shows a drop within a period, not after
+// probe_num rounds. A link is first reported after probe_num probes in
+// all, and again once it
 // moved by more than report_rate (REPORT_RATE), and at least every
 // kRefreshUs while new probes come in: schedd reads only links reported
 // since a plan settled, and a link that still carries flows at the same
@@ -50,6 +55,7 @@ struct LinkMeterConfig {
   uint64_t probe_bytes = 64 << 10;
   uint32_t probe_num = 4;
   double report_rate = 0.1;
+  uint64_t window_us = 10'000'000;
 };
 absl::Status ValidateLinkMeterConfig(const LinkMeterConfig& c);
 
@@ -104,7 +110,11 @@ class LinkMeter final : public transport::FlowObserver {
  private:
   struct Link {
     LinkSample now;
-    std::deque<std::pair<double, uint64_t>> recent;  // rate, flow bytes
+    struct Sample {
+      double rate = 0;
+      uint64_t flow_bytes = 0, last_us = 0;
+    };
+    std::deque<Sample> recent;                       // oldest first
     double reported = 0;                             // 0: never
     uint64_t reported_samples = 0, reported_us = 0;  // when it was
   };

@@ -95,11 +95,47 @@ TEST_CASE("a link's rate leaves out a flow's first half, where a shaper's burst 
   CHECK(m.All()[0].bytes_per_s == Approx(5 * per_packet / 0.04));
 }
 
+// A link that carries one flow a round (a worker's push) would hold a
+// rate from before a drop for probe_num rounds: samples older than the
+// window (the job's update period) leave the estimate.
+TEST_CASE("a link's estimate forgets samples older than the window", "[links]") {
+  FakeClock clock(absl::FromUnixMillis(1'700'000'000'000));
+  LinkMeter m({/*probe_bytes=*/100'000, /*probe_num=*/4, /*report_rate=*/0.1,
+               /*window_us=*/2'000'000},
+              &clock);
+  const transport::Peer a{1, 1};
+  const double per_packet = 100'000 + kPacketOverheadBytes;
+  // One flow a second, 10 packets after the first in 80 ms.
+  uint64_t at = 1'000'000;
+  for (int i = 0; i < 4; ++i, at += 1'000'000) m.OnFlow(a, Flow(1'100'000, 11, at, at + 80'000));
+  auto changed = m.TakeChanged();
+  REQUIRE(changed.size() == 1);
+  const double fast = 10 * per_packet / 0.08;
+  CHECK(changed[0].bytes_per_s == Approx(fast));
+  // The link drops to a quarter: the fast sample of the last 2 s still
+  // holds the estimate...
+  m.OnFlow(a, Flow(1'100'000, 11, at, at + 320'000));
+  at += 1'000'000;
+  CHECK(m.All()[0].bytes_per_s == Approx(fast));
+  CHECK(m.TakeChanged().empty());
+  // ...until it is older than the window: two slow probes, not four.
+  m.OnFlow(a, Flow(1'100'000, 11, at, at + 320'000));
+  changed = m.TakeChanged();
+  REQUIRE(changed.size() == 1);
+  CHECK(changed[0].bytes_per_s == Approx(fast / 4));
+  CHECK(changed[0].samples == 6);
+  // The newest sample always counts, however long the link was quiet.
+  at += 60'000'000;
+  m.OnFlow(a, Flow(1'100'000, 11, at, at + 160'000));
+  CHECK(m.All()[0].bytes_per_s == Approx(fast / 2));
+}
+
 TEST_CASE("link meter settings are checked", "[links]") {
   CHECK(ValidateLinkMeterConfig({}).ok());
   CHECK(!ValidateLinkMeterConfig({100, 4, 0.1}).ok());
   CHECK(!ValidateLinkMeterConfig({65536, 0, 0.1}).ok());
   CHECK(!ValidateLinkMeterConfig({65536, 4, 1.5}).ok());
+  CHECK(!ValidateLinkMeterConfig({65536, 4, 0.1, 1000}).ok());
 }
 
 TEST_CASE("a node's traffic: every flow's bytes over the bins it spanned", "[links]") {

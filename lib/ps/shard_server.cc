@@ -169,6 +169,7 @@ absl::Status ShardServer::ProposePlan(const ChunkMap& map, std::vector<uint32_t>
     return absl::OkStatus();
   }
   proposal_ = Plan{from, map, std::move(batch), {}};
+  changed_.SignalAll();  // the round thread announces it (AnnounceNow)
   return absl::OkStatus();
 }
 
@@ -185,27 +186,46 @@ std::optional<Plan> ShardServer::PlanDue(uint32_t t) {
   return p;
 }
 
+bool ShardServer::AnnounceDue(uint32_t t) const {
+  // One plan waits to start at a time: a proposal is announced once the
+  // one before it is in force.
+  return proposal_ && book_->newest().from <= t &&
+         std::max(t + config_.plan_lead, proposal_->from) < config_.total_iterations;
+}
+
+bool ShardServer::AnnounceNow(uint32_t t) const {
+  if (config_.server_index != 0 || !AnnounceDue(t)) return false;
+  // While no push of round t has come, the others are still pulling or
+  // computing it: announced now for t + plan_lead, the plan reaches them
+  // before they close t, and it starts a round sooner than from t + 1's
+  // open. Later, it waits for that open, so that no server opens its
+  // first round before hearing of it (a re-opened round costs a
+  // broadcast).
+  for (const auto& [peer, slot] : slots_) {
+    if (slot.done) return false;
+    for (uint64_t n : slot.got) {
+      if (n > 0) return false;
+    }
+  }
+  return true;
+}
+
 void ShardServer::Announce(uint32_t t) {
   std::vector<Peer> peers;
   {
     absl::MutexLock lock(&mu_);
-    const Plan& newest = book_->newest();
-    // One plan waits to start at a time: a proposal is announced once the
-    // one before it is in force.
-    if (proposal_ && newest.from <= t) {
+    if (AnnounceDue(t)) {
       const uint32_t from = std::max(t + config_.plan_lead, proposal_->from);
-      if (from < config_.total_iterations) {
-        if (absl::Status s = book_->Add(from, proposal_->map, proposal_->batch); !s.ok()) {
-          ++stats_.plans_superseded;
-        } else {
-          const std::vector<uint32_t> words = EncodePlan(from, proposal_->map, proposal_->batch);
-          Announcement& a = announcements_[uint32_t(proposal_->map.version())];
-          a.words.resize(words.size());
-          std::memcpy(a.words.data(), words.data(), words.size() * sizeof(uint32_t));
-          changed_.SignalAll();  // AwaitStats: plan_next
-        }
-        proposal_.reset();
+      if (absl::Status s = book_->Add(from, proposal_->map, proposal_->batch); !s.ok()) {
+        ++stats_.plans_superseded;
+      } else {
+        const std::vector<uint32_t> words = EncodePlan(from, proposal_->map, proposal_->batch);
+        Announcement& a = announcements_[uint32_t(proposal_->map.version())];
+        a.words.resize(words.size());
+        std::memcpy(a.words.data(), words.data(), words.size() * sizeof(uint32_t));
+        changed_.SignalAll();  // AwaitStats: plan_next
       }
+      proposal_.reset();
     }
     peers = workers_;
     for (size_t i = 1; i < servers_.size(); ++i) peers.push_back(servers_[i]);
@@ -1121,6 +1141,12 @@ void ShardServer::Run() {
             slots_.erase(p);
           }
           epoch = membership_epoch_;
+        }
+        if (AnnounceNow(t)) {
+          mu_.Unlock();
+          Announce(t);
+          mu_.Lock();
+          continue;
         }
         bool all = true;
         for (auto& [peer, slot] : slots_) all = all && slot.done;

@@ -597,6 +597,21 @@ TEST_CASE("a segment every worker pushed is applied and sent before its round cl
   CHECK(sink_a.flows() == 4);
 }
 
+constexpr uint32_t kChunk = 4096;
+
+// Two chunks of kChunk floats on one server, SGD at `learning_rate`;
+// the test ends every round (the deadline never comes).
+ShardServerConfig TwoChunks(uint32_t iterations, float learning_rate) {
+  ShardServerConfig sc;
+  sc.num_params = 2 * kChunk;
+  sc.chunk_floats = kChunk;
+  sc.optimizer.learning_rate = learning_rate;
+  sc.endpoint.key = transport::testing::TestKey();
+  sc.total_iterations = iterations;
+  sc.round_deadline = absl::Seconds(120);
+  return sc;
+}
+
 // A switch at round t: the server broadcasts the round once the
 // parameters of the chunks it takes over came, and their optimizer state
 // may come after; the step waits for it. Server 1 is a raw endpoint that
@@ -604,17 +619,11 @@ TEST_CASE("a segment every worker pushed is applied and sent before its round cl
 // pushed round 1.
 TEST_CASE("a switch broadcasts with the parameters taken over, the step waits for their state",
           "[shard_server][plan]") {
-  const uint32_t chunk = 4096;
+  const uint32_t chunk = kChunk;
   const uint64_t n = 2 * chunk;
-  ShardServerConfig sc;
-  sc.num_params = n;
-  sc.chunk_floats = chunk;
+  ShardServerConfig sc = TwoChunks(2, 1.0f);
   sc.num_servers = 2;
-  sc.optimizer.learning_rate = 1.0f;
   sc.optimizer.momentum = 0.5f;
-  sc.endpoint.key = transport::testing::TestKey();
-  sc.total_iterations = 2;
-  sc.round_deadline = absl::Seconds(120);  // never: the test ends every round
   std::vector<float> init(n, 10.0f);
   transport::SimNetwork net(RealClock::Get(), 23);
   SimServer server(net, sc, init);
@@ -676,6 +685,60 @@ TEST_CASE("a switch broadcasts with the parameters taken over, the step waits fo
   CHECK(st.chunks_received == 1);
   CHECK(st.plan_switches == 1);
   CHECK(st.plan_from == 1);
+}
+
+// Server 0 announces a plan proposed while no push of the round came yet
+// at once, from the next round; one proposed once a push came waits for
+// the next round's open, and starts a round later.
+TEST_CASE("a plan proposed before a round's pushes starts at the next round",
+          "[shard_server][plan]") {
+  const uint32_t chunk = kChunk;
+  const uint64_t n = 2 * chunk;
+  const ShardServerConfig sc = TwoChunks(4, 0.5f);
+  std::vector<float> init(n, 1.0f);
+  transport::SimNetwork net(RealClock::Get(), 29);
+  SimServer server(net, sc, init);
+  ParamSink sink_a(n, chunk, 5), sink_b(n, chunk, 5);
+  EndpointConfig wc;
+  wc.key = transport::testing::TestKey();
+  const uint32_t pf = wc.payload_floats();
+  auto a = transport::testing::SimEndpoint(net, kWorkerAddr, wc, &sink_a, RealClock::Get());
+  auto b = transport::testing::SimEndpoint(net, kWorker2Addr, wc, &sink_b, RealClock::Get());
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  server->SetServers({server->local()});
+  server->SetWorkers({(*a)->local(), (*b)->local()});
+  server->Start();
+  const ChunkLayout layout = *ChunkLayout::Create(n, chunk);
+  const std::vector<float> grad(n, 0.5f);
+  REQUIRE(sink_a.Wait(0, absl::Seconds(20)));
+  REQUIRE(server->ProposePlan(*ChunkMap::FromOwners(layout, 1, {0, 0}, 2), {}, 0).ok());
+  REQUIRE(server->AwaitStats([](const ShardServerStats& st) { return st.plan_next == 2; },
+                             absl::Seconds(20)));
+  CHECK(server->GetStats().plan_next_from == 1);  // not 2: round 1 had not opened
+  for (auto* w : {&*a, &*b}) PushChunks(**w, server->local(), 0, grad, {0, 1}, chunk, pf);
+  REQUIRE(sink_a.Wait(1, absl::Seconds(20)));
+  CHECK(sink_a.tag(1).first == 2);
+  // Worker a's push of round 1 is in (its flow ended there before the
+  // sender saw it done): version 3 waits for round 2's open.
+  PushChunks(**a, server->local(), 1, grad, {0, 1}, chunk, pf, 0, 2);
+  REQUIRE(server->ProposePlan(*ChunkMap::FromOwners(layout, 1, {0, 0}, 3), {}, 0).ok());
+  PushChunks(**b, server->local(), 1, grad, {0, 1}, chunk, pf, 0, 2);
+  REQUIRE(server->AwaitStats([](const ShardServerStats& st) { return st.plan_next == 3; },
+                             absl::Seconds(20)));
+  CHECK(server->GetStats().plan_next_from == 3);
+  REQUIRE(sink_b.Wait(2, absl::Seconds(20)));
+  CHECK(sink_b.tag(2).first == 2);
+  for (auto* w : {&*a, &*b}) PushChunks(**w, server->local(), 2, grad, {0, 1}, chunk, pf, 0, 2);
+  REQUIRE(sink_a.Wait(3, absl::Seconds(20)));
+  CHECK(sink_a.tag(3).first == 3);
+  for (auto* w : {&*a, &*b}) PushChunks(**w, server->local(), 3, grad, {0, 1}, chunk, pf, 0, 3);
+  REQUIRE(server->WaitFinished(absl::Seconds(20)));
+  const ShardServerStats st = server->GetStats();
+  CHECK(st.rounds_complete == 4);
+  CHECK(st.plan_version == 3);
+  CHECK(st.plan_from == 3);
+  CHECK(st.rounds_reopened == 0);
 }
 
 }  // namespace
