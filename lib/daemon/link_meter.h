@@ -19,11 +19,10 @@
 // update period) describes the network of a decision ago, so a link that
 // sees one flow a round shows a drop within a period, not after
 // probe_num rounds. A link is first reported after probe_num probes in
-// all, and again once it
-// moved by more than report_rate (REPORT_RATE), and at least every
-// kRefreshUs while new probes come in: schedd reads only links reported
-// since a plan settled, and a link that still carries flows at the same
-// rate is as much news as one that moved.
+// all, and again once it moved by more than report_rate (REPORT_RATE),
+// and at least every kRefreshUs while new probes come in: schedd reads
+// only links reported since a plan settled, and a link that still
+// carries flows at the same rate is as much news as one that moved.
 //
 // It also keeps what the node received per kTrafficBinUs, all senders
 // together (Traffic): a host's access link is shared by its nodes' flows,

@@ -338,8 +338,9 @@ bool ShardServer::Switch(uint32_t t, const Plan& next) {
   }
   early_ = Early();
   for (uint32_t to = 0; to < config_.num_servers; ++to) {
-    if (!late[to].empty())
+    if (!late[to].empty()) {
       m.flows.push_back(SendChunks(servers[to], t, v, late[to], m.params[to], 0));
+    }
   }
   // In: the chunks this server takes over, from their previous owners.
   for (uint32_t c = 0; c < layout_.num_chunks(); ++c) {
