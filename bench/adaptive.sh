@@ -28,7 +28,9 @@
 # switches cost (a plan's first round and the round before it, and how
 # long the moved chunks held the first round's broadcast). The plans
 # schedd issued, with the host readings each was made from:
-# DIR/permute-plans.json.
+# DIR/permute-plans.json; the link matrix every 2 s or so:
+# DIR/permute-links.txt, and how many of its reports read above what the
+# slower of their two hosts can carry.
 #
 # usage: bench/adaptive.sh [--part awareness|load|permute|all] [--rates "100 50 25 10"]
 #          [--probe_rates "100 50 25 10"] [--delay_ms 10] [--iterations 60]
@@ -37,6 +39,7 @@
 #          [--trace] (part 2: round traces of every node in DIR/trace)
 #          [--segment_bytes 65536] (the jobs' segment_bytes; 0: one flow per psd)
 #          [--plan_lead N] (the jobs' plan_lead_rounds; default: the job default)
+#          [--probe_bytes N] (the jobs' probe_chunk_bytes; default: the job default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,6 +57,7 @@ trace=0
 chunk_size=4096  # mlp: 58 chunks, fine enough for shares of 4 psds
 segment_bytes=65536  # 4 of these chunks: a psd's share pipelines
 plan_lead=""
+probe_bytes=""
 out=out/adaptive
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -66,12 +70,13 @@ while [ $# -gt 0 ]; do
     --policies) policies=$2; shift 2 ;;
     --update_time_s) update_time_s=$2; shift 2 ;;
     --plan_lead) plan_lead=$2; shift 2 ;;
+    --probe_bytes) probe_bytes=$2; shift 2 ;;
     --period_s) period_s=$2; shift 2 ;;
     --changes) changes=$2; shift 2 ;;
     --segment_bytes) segment_bytes=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --trace) trace=1; shift ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
     *) echo "adaptive: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -176,6 +181,7 @@ load_policy: $1
 update_time_s: $update_time_s
 YAML
   [ -z "$plan_lead" ] || echo "plan_lead_rounds: $plan_lead"
+  [ -z "$probe_bytes" ] || echo "probe_chunk_bytes: $probe_bytes"
 }
 
 # The link FROM -> TO's rate in Mbit/s from psctl links (empty: none yet).
@@ -292,6 +298,15 @@ if [ "$part" = permute ]; then
   psctl job submit "$out/permute.yaml" --servers "$hosts" --workers "$hosts" >/dev/null
   changes_file="$out/permute-changes.txt"
   : >"$changes_file"
+  # The link matrix twice a second, for reading what each plan was made
+  # from: CLOCK_MONOTONIC in microseconds, then psctl links -o json.
+  (
+    while :; do
+      echo "$(python3 -c 'import time; print(int(time.monotonic() * 1e6))') $(psctl links -o json 2>/dev/null | tr -d '\n')"
+      sleep 0.5
+    done
+  ) >"$out/permute-links.txt" 2>/dev/null &
+  links_pid=$!
   sleep "$period_s"
   for c in $(seq 1 "$changes"); do
     rated=()
@@ -305,6 +320,8 @@ if [ "$part" = permute ]; then
     sleep "$period_s"
   done
   end_us=$(python3 -c 'import time; print(int(time.monotonic() * 1e6))')
+  kill "$links_pid" 2>/dev/null || true
+  wait "$links_pid" 2>/dev/null || true
   state=$(psctl job status -o json | sed -nE 's/.*"state":"([a-z]+)".*/\1/p' | head -1)
   # The plans issued, with the host throughputs each was made from.
   psctl policy show -o json >"$out/permute-plans.json" 2>/dev/null || true
@@ -403,5 +420,36 @@ if first:
         print("adaptive: the moved chunks held the first broadcast %.2f s on average after the "
               "last psd closed the round before (at most %.2f s)" % (statistics.mean(wait),
                                                                   max(wait)))
+PY
+  # Link reports above what the slower of their two hosts can carry (by
+  # more than 15%), each report once, none within 3 s after a change:
+  # the readings that can make a slow host look fast.
+  python3 - "$out/permute-links.txt" "$changes_file" "$rates" <<'PY'
+import json, sys
+links_file, changes_file, rates = sys.argv[1:4]
+changes = [(int(l.split()[0]), [float(x) for x in l.split()[1:]]) for l in open(changes_file)]
+seen, ratios = set(), []
+for line in open(links_file):
+    t, _, js = line.partition(" ")
+    try:
+        t, j = int(t), json.loads(js)
+    except ValueError:
+        continue
+    if any(0 <= t - c < 3e6 for c, _ in changes):
+        continue
+    r = [float(x) for x in rates.split()]
+    for c, rr in changes:
+        if t >= c:
+            r = rr
+    for l in j.get("links", []):
+        a, b = (int(l[k].rsplit("-", 1)[1]) for k in ("from", "to"))
+        key = (l["from"], l["to"], l["throughput_bytes_per_second"])
+        if a == b or l["age_ms"] > 3000 or key in seen:
+            continue
+        seen.add(key)
+        ratios.append(l["throughput_bytes_per_second"] * 8e-6 / min(r[a], r[b]))
+if ratios:
+    print("adaptive: link reports above the slower host's rate by over 15%%: %d of %d "
+          "(highest %.1fx)" % (sum(x > 1.15 for x in ratios), len(ratios), max(ratios)))
 PY
 fi

@@ -52,6 +52,11 @@ struct InDatagram {
   uint8_t* data = nullptr;  // points into the socket's receive buffers
   size_t len = 0;
   bool truncated = false;  // larger than the receive slot (MSG_TRUNC)
+  // How long before RecvBatch returned the datagram arrived (the kernel's
+  // receive time, or the simulated arrival); 0: not known. A busy reader
+  // takes many datagrams at once, and their arrival spacing, which times
+  // a flow (FlowResult), is only here.
+  uint64_t age_us = 0;
 };
 
 class DatagramSocket {

@@ -237,7 +237,9 @@ struct FlowResult {
   CloseReason reason = CloseReason::kComplete;
   // The endpoint's clock (FlowTiming): first and last packet's arrival,
   // and the close (0 where the transport does not say). mid_us: the
-  // arrival that made (total_packets + 1) / 2 packets received.
+  // arrival that made (total_packets + 1) / 2 packets received. Arrivals
+  // are the socket's receive times where it gives them (the kernel's for
+  // UDP), not when the endpoint thread got to the packets.
   uint64_t first_us = 0;
   uint64_t mid_us = 0;
   uint64_t last_us = 0;

@@ -104,8 +104,9 @@ struct RecvFlow {
   std::vector<uint64_t> bitmap;
   // Loss-tolerant flows (Early Close).
   bool lossy = false;
-  uint64_t start_us = 0;               // first packet's arrival
-  uint64_t mid_us = 0;                 // FlowResult::mid_us
+  uint64_t start_us = 0;  // first packet's arrival (read), for timers
+  // FlowResult's times: arrivals as the socket says (InDatagram::age_us).
+  uint64_t first_at_us = 0, mid_us = 0, last_at_us = 0;
   uint32_t critical_end = UINT32_MAX;  // seq flagged kFlagCriticalEnd, once seen
   uint32_t prefix = 0;                 // seqs [0, prefix) all received (ACK prefix)
   std::vector<uint32_t> ack_echo;      // the last ACK's fresh seqs, repeated in the next
@@ -257,7 +258,8 @@ struct Endpoint::Impl {
 
   // ---- Receive side (endpoint_recv.cc).
   void Receive(uint64_t now);
-  void HandleData(const Peer& from, const Packet& p, uint64_t now);
+  // `arrived`: when the socket says it arrived (<= now).
+  void HandleData(const Peer& from, const Packet& p, uint64_t now, uint64_t arrived);
   // Opens a receive flow for `h`'s first packet, or says why not.
   DropReason OpenRecv(const RecvKey& key, const Header& h, uint64_t now);
   // Loss-tolerant flows: refresh thresholds, close what is due; returns the

@@ -34,7 +34,10 @@ void Endpoint::Impl::Receive(uint64_t now) {
       }
       switch (p.header.type) {
         case PacketType::kData:
-          HandleData(d.from, p, now);
+          // When it arrived, as far as the socket says: what times the
+          // flow for its receiver (FlowResult), where a batch read late
+          // would read as one instant. Timers and ACKs keep `now`.
+          HandleData(d.from, p, now, now - std::min(now, d.age_us));
           break;
         case PacketType::kAck:
           HandleAck(d.from, p, now);
@@ -50,7 +53,7 @@ void Endpoint::Impl::Receive(uint64_t now) {
   }
 }
 
-void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now) {
+void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now, uint64_t arrived) {
   const Header& h = p.header;
   const RecvKey key{from, h.flow_id};
   if (auto c = closed.find(key); c != closed.end()) {
@@ -71,6 +74,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
       return;
     }
     it = recv.find(key);
+    it->second.first_at_us = arrived;
   }
   RecvFlow& f = it->second;
   if (h.total_packets != f.total || h.iteration != f.iteration || h.plan != f.plan ||
@@ -79,6 +83,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
     return;
   }
   f.last_us = now;
+  f.last_at_us = std::max(f.last_at_us, arrived);
   uint64_t& word = f.bitmap[h.seq / 64];
   const uint64_t bit = uint64_t{1} << (h.seq % 64);
   // The flow's last missing packet: nothing will come to share its ACK.
@@ -94,7 +99,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now)
   link.last_us = now;
   receiver->OnData(from, h, p.payload);
   ++f.received;
-  if (f.received == (f.total + 1) / 2) f.mid_us = now;
+  if (f.received == (f.total + 1) / 2) f.mid_us = std::max(f.first_at_us, arrived);
   f.bytes += h.payload_bytes;
   while (f.prefix < f.total && f.has(f.prefix)) ++f.prefix;
   if (f.lossy) {
@@ -162,9 +167,9 @@ void Endpoint::Impl::CloseFlow(const RecvKey& key, CloseReason reason) {
   r.received = f.received;
   r.bytes = f.bytes;
   r.reason = reason;
-  r.first_us = f.start_us;
+  r.first_us = f.first_at_us;
   r.mid_us = f.mid_us;
-  r.last_us = f.last_us;
+  r.last_us = f.last_at_us;
   r.closed_us = Now();
   const StopInfo how{reason, f.received};
   Header about;

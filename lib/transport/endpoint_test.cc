@@ -41,6 +41,7 @@ class Assembler : public Receiver {
     if (h.flags & kFlagCritical) ++critical_;
   }
   void OnFlowDone(const Peer&, const FlowResult& r) override {
+    last_ = r;
     last_plan_ = r.plan;
     last_samples_ = r.samples;
     ++done_;
@@ -48,6 +49,7 @@ class Assembler : public Receiver {
   int done() const { return done_.load(); }
   uint32_t last_plan() const { return last_plan_; }
   uint32_t last_samples() const { return last_samples_; }
+  const FlowResult& last() const { return last_; }  // read after done()
   const std::vector<float>& buf() const { return buf_; }
   int critical() const { return critical_; }
 
@@ -55,6 +57,7 @@ class Assembler : public Receiver {
   std::vector<float> buf_;
   int critical_ = 0;
   uint32_t last_plan_ = 0, last_samples_ = 0;  // read after done()
+  FlowResult last_;
   std::atomic<int> done_{0};
 };
 
@@ -135,6 +138,30 @@ TEST_CASE("a 4 MB flow arrives exactly over a clean path", "[endpoint]") {
     if (DropReason(r) != DropReason::kDuplicate) CHECK(st.drops[r] == 0);
   }
   CHECK(st.recv_state_bytes == 0);  // the closed flow gave its budget back
+}
+
+TEST_CASE("a receiver that reads late times a flow by its arrivals", "[endpoint]") {
+  const size_t n = 1 << 16;  // 256 KB: tens of ms at 40 Mbit/s
+  for (const bool stall : {false, true}) {
+    SimRun run(7, Lossy(0, 5000));
+    Assembler rx(n);
+    Endpoint* server = run.Add(Config(), &rx);
+    Endpoint* client = run.Add(PacedClient(), nullptr);
+    const uint64_t t0 = run.clock().MonotonicMicros();
+    // Busy for 100 ms from the start: the first packets (5 ms away) wait.
+    if (stall) run.Stall(server, t0 + 100'000);
+    auto data = Pattern(n, 7);
+    auto h = client->Send(server->local(), 1, Packets(data, 0, Config().payload_floats()));
+    REQUIRE(run.RunUntil([&] { return h->done() && rx.done() == 1; }, absl::Seconds(20)));
+    CHECK(rx.buf() == data);
+    const FlowResult& r = rx.last();
+    // The first packet arrived one delay after the send, read or not.
+    CHECK(r.first_us >= t0 + 5000);
+    CHECK(r.first_us < t0 + 6000);
+    CHECK(r.mid_us > r.first_us);
+    CHECK(r.last_us > r.mid_us);
+    CHECK(r.closed_us >= r.last_us);
+  }
 }
 
 TEST_CASE("loss, delay, reordering and duplication: still exact, with retransmissions",

@@ -216,6 +216,7 @@ int SimSocket::RecvBatch(std::vector<InDatagram>* out) {
   out->clear();
   held_.clear();
   held_from_.clear();
+  held_age_.clear();
   const uint64_t now = net_->clock_->MonotonicMicros();
   {
     absl::MutexLock lock(&inbox_->mu);
@@ -228,12 +229,14 @@ int SimSocket::RecvBatch(std::vector<InDatagram>* out) {
       Msg m = std::move(const_cast<Msg&>(q.top()));
       q.pop();
       held_from_.push_back(m.from);
+      held_age_.push_back(now - m.arrival_us);
       held_.push_back(std::move(m.bytes));
     }
   }
   net_->counters_.delivered += held_.size();
   for (size_t i = 0; i < held_.size(); ++i) {
-    out->push_back(InDatagram{held_from_[i], held_[i].data(), held_[i].size(), false});
+    out->push_back(
+        InDatagram{held_from_[i], held_[i].data(), held_[i].size(), false, held_age_[i]});
   }
   return static_cast<int>(held_.size());
 }

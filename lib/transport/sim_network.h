@@ -82,6 +82,7 @@ class SimSocket final : public DatagramSocket {
   absl::flat_hash_map<Peer, LinkState> links_;
   std::vector<std::vector<uint8_t>> held_;  // the last RecvBatch's datagrams
   std::vector<Peer> held_from_;
+  std::vector<uint64_t> held_age_;  // how long each waited to be read
 };
 
 class SimNetwork {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <vector>
@@ -130,7 +131,15 @@ class SimRun {
     int idle_turns = 0;
     for (;;) {
       uint64_t next = UINT64_MAX;
-      for (auto& e : endpoints_) next = std::min(next, e->Step());
+      for (auto& e : endpoints_) {
+        // A stalled endpoint's thread is busy elsewhere: it reads nothing.
+        auto s = stalled_.find(e.get());
+        if (s != stalled_.end() && clock_.MonotonicMicros() < s->second) {
+          next = std::min(next, s->second);
+          continue;
+        }
+        next = std::min(next, e->Step());
+      }
       if (done()) return true;
       next = std::min(next, net_.next_arrival_us());
       const uint64_t now = clock_.MonotonicMicros();
@@ -151,6 +160,11 @@ class SimRun {
     RunUntil([] { return false; }, limit);
   }
 
+  // `e` is not stepped until the clock reads `until_us`, as a receiver
+  // whose thread is busy elsewhere (what arrives meanwhile waits in its
+  // socket).
+  void Stall(Endpoint* e, uint64_t until_us) { stalled_[e] = until_us; }
+
   SimNetwork& net() { return net_; }
   FakeClock& clock() { return clock_; }
 
@@ -159,6 +173,7 @@ class SimRun {
   FakeClock clock_;
   SimNetwork net_;
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
+  std::map<const Endpoint*, uint64_t> stalled_;
 };
 
 }  // namespace testing

@@ -43,6 +43,12 @@ absl::StatusOr<std::unique_ptr<UdpSocket>> UdpSocket::Create(const HostPort& add
     const int one = 1;
     if (setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) != 0) s->gro_ = false;
   }
+  if (s->rx_timestamps_) {
+    const int one = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one)) != 0) {
+      s->rx_timestamps_ = false;
+    }
+  }
   sockaddr_in a = peer->ToSockaddr();
   if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
     return absl::UnavailableError(
@@ -56,7 +62,14 @@ absl::StatusOr<std::unique_ptr<UdpSocket>> UdpSocket::Create(const HostPort& add
 
 namespace {
 
-constexpr size_t kControlSlot = CMSG_SPACE(sizeof(int));
+// Room for UDP_GRO's segment size and SO_TIMESTAMPNS's receive time.
+constexpr size_t kControlSlot = CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(timespec));
+
+uint64_t RealNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000 + uint64_t(ts.tv_nsec);
+}
 // A coalesced (GRO) message is at most 64 KiB; one spare byte detects a
 // datagram longer than the slot.
 constexpr size_t kGroBytesMax = 65536;
@@ -71,6 +84,7 @@ UdpSocket::UdpSocket(int fd, const UdpSocketOptions& o)
       datagram_bytes_max_(o.datagram_bytes_max),
       gso_(o.gso),
       gro_(o.gro),
+      rx_timestamps_(o.rx_timestamps),
       rx_buf_(batch_max_ * slot_bytes_),
       rx_msgs_(batch_max_),
       rx_iov_(batch_max_),
@@ -158,7 +172,7 @@ int UdpSocket::RecvBatch(std::vector<InDatagram>* out) {
     h.msg_namelen = sizeof(sockaddr_in);
     h.msg_iov = &rx_iov_[i];
     h.msg_iovlen = 1;
-    if (gro_) {
+    if (gro_ || rx_timestamps_) {
       h.msg_control = &rx_control_[i * kControlSlot];
       h.msg_controllen = kControlSlot;
     }
@@ -169,6 +183,7 @@ int UdpSocket::RecvBatch(std::vector<InDatagram>* out) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNREFUSED) return 0;
     return -errno;
   }
+  const uint64_t read_ns = rx_timestamps_ ? RealNanos() : 0;
   for (int i = 0; i < got; ++i) {
     msghdr& h = rx_msgs_[i].msg_hdr;
     InDatagram d;
@@ -177,12 +192,20 @@ int UdpSocket::RecvBatch(std::vector<InDatagram>* out) {
     d.len = rx_msgs_[i].msg_len;
     d.truncated = (h.msg_flags & MSG_TRUNC) != 0 || d.len >= slot_bytes_;
     size_t segment = 0;
-    if (gro_ && !d.truncated) {
-      for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
-        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-          int v = 0;
-          std::memcpy(&v, CMSG_DATA(c), sizeof(v));
-          if (v > 0) segment = static_cast<size_t>(v);
+    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
+      if (gro_ && c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
+          c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+        int v = 0;
+        std::memcpy(&v, CMSG_DATA(c), sizeof(v));
+        if (v > 0 && !d.truncated) segment = static_cast<size_t>(v);
+      } else if (rx_timestamps_ && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
+                 c->cmsg_len >= CMSG_LEN(sizeof(timespec))) {
+        timespec ts;
+        std::memcpy(&ts, CMSG_DATA(c), sizeof(ts));
+        const uint64_t at_ns = uint64_t(ts.tv_sec) * 1'000'000'000 + uint64_t(ts.tv_nsec);
+        // The clocks of a stepped host can disagree: no age then.
+        if (at_ns <= read_ns && read_ns - at_ns <= kRxAgeMaxUs * 1000) {
+          d.age_us = (read_ns - at_ns) / 1000;
         }
       }
     }

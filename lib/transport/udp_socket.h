@@ -30,7 +30,12 @@ struct UdpSocketOptions {
   size_t datagram_bytes_max = 65000;
   bool gso = true;  // coalesce runs of equal-sized datagrams with UDP_SEGMENT
   bool gro = true;  // accept coalesced runs on receive (UDP_GRO)
+  // Kernel receive times (SO_TIMESTAMPNS), as InDatagram::age_us.
+  bool rx_timestamps = true;
 };
+
+// An age beyond this is a clock step, not a wait (InDatagram::age_us 0).
+constexpr uint64_t kRxAgeMaxUs = 10'000'000;
 
 // At most this many datagrams go out in one GSO send (the kernel's limit is
 // 64 on older kernels), and at most kGsoBytesMax bytes.
@@ -53,6 +58,7 @@ class UdpSocket final : public DatagramSocket {
 
   bool gso() const { return gso_; }
   bool gro() const { return gro_; }
+  bool rx_timestamps() const { return rx_timestamps_; }
 
   // Sends datagrams d[0..n) in order with one sendmmsg of at most batch_max
   // messages; with GSO, a run of consecutive datagrams to the same peer of
@@ -61,7 +67,8 @@ class UdpSocket final : public DatagramSocket {
   // other than EAGAIN are returned as a negative errno.
   int SendBatch(const OutDatagram* d, size_t n) override;
   // Receives up to batch_max messages without blocking; a coalesced message
-  // becomes one InDatagram per original datagram. The views stay valid until
+  // becomes one InDatagram per original datagram (each with the message's
+  // age, from its kernel receive time). The views stay valid until
   // the next RecvBatch. Returns the number of messages (0: nothing waiting,
   // batch_max: more may be waiting), or a negative errno.
   int RecvBatch(std::vector<InDatagram>* out) override;
@@ -77,6 +84,7 @@ class UdpSocket final : public DatagramSocket {
   size_t datagram_bytes_max_;
   bool gso_;
   bool gro_;
+  bool rx_timestamps_;
   std::vector<uint8_t> rx_buf_;
   std::vector<mmsghdr> rx_msgs_;
   std::vector<iovec> rx_iov_;

@@ -153,3 +153,43 @@ TEST_CASE("udp socket: an offloading socket reports its offloads and sends big r
 
 }  // namespace transport
 }  // namespace hetps
+
+namespace hetps {
+namespace transport {
+namespace {
+
+uint64_t MonoMicros() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000 + uint64_t(ts.tv_nsec) / 1000;
+}
+
+}  // namespace
+
+TEST_CASE("udp socket: a datagram read late says how long it waited") {
+  for (const bool offload : {true, false}) {
+    std::unique_ptr<UdpSocket> a = Open(offload), b = Open(offload);
+    if (!b->rx_timestamps()) {
+      WARN("SO_TIMESTAMPNS refused: no receive times to check");
+      return;
+    }
+    Datagrams d;
+    d.Add(0, 100);
+    // Loopback delivers within the send: the datagram is queued at b
+    // before the wait starts.
+    SendAll(*a, {{b->local(), d.head[0].data(), 8, d.body[0].data(), 100}});
+    const uint64_t waited_from = MonoMicros();
+    while (MonoMicros() < waited_from + 20'000) {
+    }
+    std::vector<InDatagram> in;
+    pollfd pfd{b->fd(), POLLIN, 0};
+    REQUIRE(poll(&pfd, 1, 2000) == 1);
+    REQUIRE(b->RecvBatch(&in) == 1);
+    REQUIRE(in.size() == 1);
+    CHECK(in[0].age_us >= 20'000);
+    CHECK(in[0].age_us < kRxAgeMaxUs);
+  }
+}
+
+}  // namespace transport
+}  // namespace hetps
