@@ -1,9 +1,11 @@
 // psctl links and psctl policy show: what schedd measured of the network
 // (ListLinks) and the plans it made from it (GetPolicy); docs/plan.md.
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "clients/psctl/internal.h"
 #include "clients/psctl/psctl.h"
 #include "lib/base/json_writer.h"
@@ -125,6 +127,14 @@ int PolicyCommand(const std::vector<std::string>& pos, const Connection& c, std:
     w.EndArray();
     w.Key("last_decision").String(resp.last_decision());
     w.Key("settled_unix_ms").Int(resp.settled_unix_ms());
+    w.Key("decisions").BeginArray();
+    for (const v1::PolicyDecision& d : resp.decisions()) {
+      w.BeginObject().Key("unix_ms").Int(d.unix_ms()).Key("why").String(d.why());
+      w.Key("server_throughput_bytes_per_second").BeginArray();
+      for (double r : d.server_throughput_bytes_per_second()) w.Double(r);
+      w.EndArray().EndObject();
+    }
+    w.EndArray();
     w.EndObject();
     out << w.str() << "\n";
     return kOk;
@@ -138,7 +148,21 @@ int PolicyCommand(const std::vector<std::string>& pos, const Connection& c, std:
                                   (resp.settled_unix_ms() - resp.policy().issued_unix_ms()) / 1e3)
                 : std::string(", switching (a psd has not closed its first round)"));
   }
-  out << "\nlast decision: " << resp.last_decision() << "\n\n";
+  out << "\nlast decision: " << resp.last_decision() << "\n";
+  // The latest few decisions, with the host readings each was made from.
+  const int shown = std::min(resp.decisions_size(), 5);
+  if (shown > 1) out << "decisions before it (newest last):\n";
+  for (int i = resp.decisions_size() - shown; i + 1 < resp.decisions_size(); ++i) {
+    const v1::PolicyDecision& d = resp.decisions(i);
+    std::vector<std::string> mbit;
+    for (double r : d.server_throughput_bytes_per_second()) {
+      mbit.push_back(absl::StrFormat("%.0f", r * 8 / 1e6));
+    }
+    out << "  " << Age(d.unix_ms(), now) << " ago: " << d.why();
+    if (!mbit.empty()) out << " (psd Mbit/s " << absl::StrJoin(mbit, "/") << ")";
+    out << "\n";
+  }
+  out << "\n";
   std::vector<std::vector<std::string>> rows = {
       {"VERSION", "POLICY", "ISSUED", "CHANGED", "CHUNKS/PSD", "PSD MBIT/S", "BATCH/WORKER"}};
   for (const v1::Policy& p : resp.history()) rows.push_back(PolicyRow(p, now));

@@ -248,6 +248,7 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
     // A recovery keeps the history: the epoch's plan in force goes in first.
     if (job.job_id != job_id_) {
       history_.clear();
+      decisions_.clear();
     } else if (current_.version() > 0) {
       history_.push_back(current_);
       if (history_.size() > kHistoryMax) history_.erase(history_.begin());
@@ -291,12 +292,16 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
   next_ms_ = now_ms + job.update_time_ms;
   v1::Policy next = current_;
   std::string load_why, batch_why;
+  last_rates_.clear();
   const bool load =
       job.load_policy != "average" && DecideLoad(job, links, now_ms, &next, &load_why);
   const bool batches = job.batch_policy == "wlbs" && DecideBatches(job, &next, &batch_why);
   last_decision_ = load_why.empty() || batch_why.empty() ? load_why + batch_why
                                                          : absl::StrCat(load_why, "; ", batch_why);
-  if (!load && !batches) return std::nullopt;
+  if (!load && !batches) {
+    Record(now_ms);
+    return std::nullopt;
+  }
   if (!load) next.set_changed_fraction(0);
   next.set_version(current_.version() + 1);
   next.set_job_id(job.job_id);
@@ -307,7 +312,17 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
   if (history_.size() > kHistoryMax) history_.erase(history_.begin());
   current_ = next;
   last_decision_ = absl::StrCat("issued version ", next.version(), ": ", last_decision_);
+  Record(now_ms);
   return next;
+}
+
+void PolicyLoop::Record(int64_t now_ms) {
+  v1::PolicyDecision d;
+  d.set_unix_ms(now_ms);
+  d.set_why(last_decision_);
+  for (double r : last_rates_) d.add_server_throughput_bytes_per_second(r);
+  decisions_.push_back(std::move(d));
+  if (decisions_.size() > kDecisionsMax) decisions_.pop_front();
 }
 
 bool PolicyLoop::DecideBatches(const PolicyJob& job, v1::Policy* next, std::string* why) {
@@ -464,6 +479,7 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
     *why = std::string(rate.status().message());
     return false;
   }
+  last_rates_ = *rate;
   // Measurement noise does not move chunks: only a host whose throughput
   // moved by more than update_rate since the plan in force was made.
   if (current_.server_throughput_bytes_per_second_size() == int(servers)) {

@@ -18,6 +18,7 @@
 #define HETPS_DAEMONS_SCHEDD_POLICY_LOOP_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -187,6 +188,10 @@ class PolicyLoop {
   const std::vector<std::string>& servers() const { return servers_; }
   // What the last Tick decided, for psctl policy show.
   const std::string& last_decision() const { return last_decision_; }
+  // The latest decisions (at most kDecisionsMax), oldest first: one per
+  // update period, with the host throughputs read.
+  static constexpr size_t kDecisionsMax = 64;
+  const std::deque<v1::PolicyDecision>& decisions() const { return decisions_; }
 
  private:
   // The chunk map's part of a decision: a new map in next (false: keep).
@@ -194,6 +199,8 @@ class PolicyLoop {
                   std::string* why);
   // The batches' part: new worker_batches in next (false: keep).
   bool DecideBatches(const PolicyJob& job, v1::Policy* next, std::string* why);
+  // Appends this tick's decision to decisions_.
+  void Record(int64_t now_ms);
 
   std::string job_id_;
   std::vector<std::string> servers_;
@@ -203,6 +210,8 @@ class PolicyLoop {
   v1::Policy current_;
   std::vector<v1::Policy> history_;
   std::string last_decision_;
+  std::vector<double> last_rates_;  // DecideLoad's host throughputs, this tick
+  std::deque<v1::PolicyDecision> decisions_;
 };
 
 }  // namespace hetps

@@ -307,6 +307,15 @@ TEST_CASE("a map's successor is made only from readings taken after it settled",
   CHECK(!loop.Tick(job, links, 5000));
   CHECK(loop.current().version() == 2);
   CHECK(loop.last_decision().find("within 0.1 of the plan's") != std::string::npos);
+  // Each update period's decision is kept, with what it read: 1000
+  // (issued) to 5000 (the job's first tick, at 0, decides nothing).
+  REQUIRE(loop.decisions().size() == 5);
+  CHECK(loop.decisions().front().why().find("issued version 2") == 0);
+  CHECK(loop.decisions().front().server_throughput_bytes_per_second(1) == 3e6);
+  CHECK(loop.decisions()[1].server_throughput_bytes_per_second_size() == 0);  // read none
+  CHECK(loop.decisions().back().unix_ms() == 5000);
+  CHECK(loop.decisions().back().why() == loop.last_decision());
+  CHECK(loop.decisions().back().server_throughput_bytes_per_second(0) == 1e6);
 
   // Servers that never say when a map settled: its successor waits
   // kSettleWaitPeriods and reads from 2 periods after it was issued.

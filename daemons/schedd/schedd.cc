@@ -433,6 +433,7 @@ class Schedd::Service final : public v1::Scheduler::Service {
     *resp->mutable_policy() = s_->policy_.current();
     for (const v1::Policy& p : s_->policy_.history()) *resp->add_history() = p;
     resp->set_last_decision(s_->policy_.last_decision());
+    for (const v1::PolicyDecision& d : s_->policy_.decisions()) *resp->add_decisions() = d;
     if (s_->policy_.current().version() > 1) resp->set_settled_unix_ms(s_->PlanSettledMs());
     s_->metrics_->Rpc("GetPolicy", grpc::StatusCode::OK);
     return grpc::Status::OK;
