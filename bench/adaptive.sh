@@ -298,8 +298,9 @@ if [ "$part" = permute ]; then
   psctl job submit "$out/permute.yaml" --servers "$hosts" --workers "$hosts" >/dev/null
   changes_file="$out/permute-changes.txt"
   : >"$changes_file"
-  # The link matrix twice a second, for reading what each plan was made
-  # from: CLOCK_MONOTONIC in microseconds, then psctl links -o json.
+  # The link matrix as often as psctl answers (every 0.5 s at most), for
+  # reading what each plan was made from: CLOCK_MONOTONIC in
+  # microseconds, then psctl links -o json.
   (
     while :; do
       echo "$(python3 -c 'import time; print(int(time.monotonic() * 1e6))') $(psctl links -o json 2>/dev/null | tr -d '\n')"

@@ -64,15 +64,13 @@ namespace {
 
 // Room for UDP_GRO's segment size and SO_TIMESTAMPNS's receive time.
 constexpr size_t kControlSlot = CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(timespec));
-
-uint64_t RealNanos() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000 + uint64_t(ts.tv_nsec);
-}
 // A coalesced (GRO) message is at most 64 KiB; one spare byte detects a
 // datagram longer than the slot.
 constexpr size_t kGroBytesMax = 65536;
+
+uint64_t Nanos(const timespec& ts) {
+  return uint64_t(ts.tv_sec) * 1'000'000'000 + uint64_t(ts.tv_nsec);
+}
 
 }  // namespace
 
@@ -183,7 +181,9 @@ int UdpSocket::RecvBatch(std::vector<InDatagram>* out) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNREFUSED) return 0;
     return -errno;
   }
-  const uint64_t read_ns = rx_timestamps_ ? RealNanos() : 0;
+  timespec now{};
+  if (rx_timestamps_) clock_gettime(CLOCK_REALTIME, &now);  // the kernel's clock for them
+  const uint64_t read_ns = Nanos(now);
   for (int i = 0; i < got; ++i) {
     msghdr& h = rx_msgs_[i].msg_hdr;
     InDatagram d;
@@ -202,7 +202,7 @@ int UdpSocket::RecvBatch(std::vector<InDatagram>* out) {
                  c->cmsg_len >= CMSG_LEN(sizeof(timespec))) {
         timespec ts;
         std::memcpy(&ts, CMSG_DATA(c), sizeof(ts));
-        const uint64_t at_ns = uint64_t(ts.tv_sec) * 1'000'000'000 + uint64_t(ts.tv_nsec);
+        const uint64_t at_ns = Nanos(ts);
         // The clocks of a stepped host can disagree: no age then.
         if (at_ns <= read_ns && read_ns - at_ns <= kRxAgeMaxUs * 1000) {
           d.age_us = (read_ns - at_ns) / 1000;
