@@ -4,6 +4,7 @@
 usage: ddp_fashion.py --model mlp|mlp-wide|lenet5 (--epochs N | --iterations N)
                       [--workers 2] [--batch 64] [--lr 0.05] [--momentum 0.9]
                       [--dataset DIR] [--seed 1] [--port 29511]
+       ddp_fashion.py --compute-only [--device cpu|cuda] [--iterations 200]
 
 The same models as hetps (lib/train/model.cc: layers, He-uniform weights,
 zero biases), data (Fashion-MNIST pixels / 255), per-worker batch, SGD with
@@ -11,6 +12,11 @@ momentum and iteration count (ceil(shard / batch) per epoch, as hetps
 counts), one compute thread per process. Prints one JSON line: training
 seconds (first iteration to the last, after the final all-reduce), samples/s
 and the test accuracy of rank 0's final model on the 10000 test images.
+
+--compute-only is the peer of bench/model_bench: one process, each model's
+forward, backward and SGD step on a synthetic batch that starts in host
+memory, best of three runs, in milliseconds per iteration (on the GPU each
+iteration ends with a synchronize, as a trainer's does before it pushes).
 """
 import argparse
 import gzip
@@ -101,9 +107,40 @@ def worker(rank, a, out):
     dist.destroy_process_group()
 
 
+def compute_only(a):
+    torch.set_num_threads(1)
+    dev = torch.device(a.device)
+    torch.manual_seed(a.seed)
+    x = torch.rand(a.batch, 1, 28, 28)
+    y = torch.randint(0, 10, (a.batch,))
+    iterations = a.iterations if a.iterations > 0 else 200
+    print(f"torch {torch.__version__} device {a.device}"
+          + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else ""))
+    print(f"{'model':<10s} {'params':>12s} {'ms/iteration':>14s}")
+    for name in ("mlp", "mlp-wide", "lenet5"):
+        model = model_of(name).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+        n = max(1, iterations // 8) if name == "mlp-wide" else iterations
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            for _ in range(n):
+                opt.zero_grad(set_to_none=True)
+                loss = F.cross_entropy(model(x.to(dev)), y.to(dev))
+                loss.backward()
+                opt.step()
+                if dev.type == "cuda":
+                    torch.cuda.synchronize(dev)
+            best = min(best, (time.perf_counter() - start) * 1000 / n)
+        params = sum(t.numel() for t in model.parameters())
+        print(f"{name:<10s} {params:>12d} {best:>14.3f}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--model", required=True)
+    p.add_argument("--model")
+    p.add_argument("--compute-only", action="store_true")
+    p.add_argument("--device", default="cpu")
     p.add_argument("--epochs", type=int, default=0)
     p.add_argument("--iterations", type=int, default=0)
     p.add_argument("--workers", type=int, default=2)
@@ -114,6 +151,11 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--port", type=int, default=29511)
     a = p.parse_args()
+    if a.compute_only:
+        compute_only(a)
+        return
+    if not a.model:
+        raise SystemExit("give --model (or --compute-only)")
     if (a.epochs > 0) == (a.iterations > 0):
         raise SystemExit("give exactly one of --epochs and --iterations")
     ctx = mp.get_context("spawn")

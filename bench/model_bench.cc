@@ -1,16 +1,22 @@
 // model_bench: one trainer's compute per iteration (UseParameters, forward,
-// backward, as BspWorker runs them) for each built-in model on the CPU backend, batch 64, one BLAS
-// thread, synthetic inputs: the part of an iteration the network cannot
-// hide. bench/peer.sh compares it with PyTorch's (bench/ddp_fashion.py
-// --compute-only) on the same machine.
+// backward, as BspWorker runs them) for each built-in model, batch 64,
+// synthetic inputs: the part of an iteration the network cannot hide. On
+// the CPU backend with one BLAS thread by default; --backend cuda times the
+// GPU path, parameters in and gradients out through host memory as the
+// trainer moves them. bench/ddp_fashion.py --compute-only times PyTorch's
+// forward, backward and step on the same models for comparison.
 //
 //   bazel run --config=opt //bench:model_bench -- [--iterations 200]
+//       [--backend cpu|cuda|auto]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -19,17 +25,31 @@
 
 int main(int argc, char** argv) {
   int iterations = 200;
+  std::string backend_name = "cpu";
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
       iterations = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
+      backend_name = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: model_bench [--iterations N]\n");
+      std::fprintf(stderr, "usage: model_bench [--iterations N] [--backend cpu|cuda|auto]\n");
       return 2;
     }
   }
   if (iterations < 1) iterations = 1;
+  auto kind = hetps::train::ParseBackendKind(backend_name);
+  if (!kind.ok()) {
+    std::fprintf(stderr, "model_bench: %s\n", std::string(kind.status().message()).c_str());
+    return 2;
+  }
   hetps::train::SetCpuThreads(1);
-  std::unique_ptr<hetps::train::Backend> backend = hetps::train::NewCpuBackend();
+  auto created = hetps::train::CreateBackend(*kind);
+  if (!created.ok()) {
+    std::fprintf(stderr, "model_bench: %s\n", std::string(created.status().message()).c_str());
+    return 1;
+  }
+  std::unique_ptr<hetps::train::Backend> backend = std::move(*created);
+  std::printf("backend %s\n", backend->name().c_str());
   const int batch = 64;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> pixel(0.f, 1.f);

@@ -18,6 +18,7 @@
 # usage: tools/run-cluster.sh [--job FILE]... [--repeat N] [--keep]
 #                             [--refresh SECONDS] [--port BASE] [--out DIR]
 #                             [--trace DIR] [--workers N] [--worker-flag NODE=FLAG]...
+#                             [--bin DIR]
 #   --job       job spec to submit (default deploy/jobs/mlp.yaml); repeatable
 #   --repeat    submit the job list N times (default 1)
 #   --keep      keep the cluster running after the job, until Ctrl-C
@@ -28,6 +29,9 @@
 #   --workers   workerd daemons (default 2)
 #   --worker-flag  one more flag for one workerd, e.g.
 #               worker-3=--compute_slowdown=2 (repeatable)
+#   --bin       run prebuilt schedd, psd, workerd and psctl from DIR
+#               (tools/device-bundle.sh's .device/bin) instead of installing
+#               packages and building: for a machine without Bazel or apt
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,6 +44,7 @@ out=out/cluster
 trace=()
 workers=2
 worker_flags=()
+prebuilt=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --job) jobs+=("$2"); shift 2 ;;
@@ -51,7 +56,8 @@ while [ $# -gt 0 ]; do
     --trace) mkdir -p "$2"; trace=(--trace_dir="$(cd "$2" && pwd)"); shift 2 ;;
     --workers) workers=$2; shift 2 ;;
     --worker-flag) worker_flags+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    --bin) prebuilt=$2; shift 2 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "run-cluster: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -65,10 +71,19 @@ for j in "${jobs[@]}"; do
   [ -r "$j" ] || { echo "run-cluster: cannot read job spec $j" >&2; exit 2; }
 done
 
-bash tools/bootstrap.sh
-echo "run-cluster: building (bazel -c opt) ..."
-bazel build --config=opt //daemons/schedd //daemons/psd //daemons/workerd //clients/psctl
-bin=$(bazel info --config=opt bazel-bin 2>/dev/null)
+if [ -n "$prebuilt" ]; then
+  for d in schedd psd workerd psctl; do
+    [ -x "$prebuilt/$d" ] || { echo "run-cluster: no executable $prebuilt/$d" >&2; exit 2; }
+  done
+  prebuilt=$(cd "$prebuilt" && pwd)
+  binary() { echo "$prebuilt/$1"; }
+else
+  bash tools/bootstrap.sh
+  echo "run-cluster: building (bazel -c opt) ..."
+  bazel build --config=opt //daemons/schedd //daemons/psd //daemons/workerd //clients/psctl
+  bin=$(bazel info --config=opt bazel-bin 2>/dev/null)
+  binary() { case "$1" in psctl) echo "$bin/clients/psctl/psctl" ;; *) echo "$bin/daemons/$1/$1" ;; esac; }
+fi
 mkdir -p "$out"
 rm -f "$out"/*.ready
 certs="$out/certs"
@@ -116,7 +131,7 @@ trap 'exit 130' INT TERM
 start() {  # start DAEMON NODE_ID [flags...]
   local daemon=$1 node=$2
   shift 2
-  "$bin/daemons/$daemon/$daemon" --node_id="$node" --ready_file="$out/$node.ready" \
+  "$(binary "$daemon")" --node_id="$node" --ready_file="$out/$node.ready" \
     --tls_ca="$certs/ca.pem" --tls_cert="$certs/$node.pem" --tls_key="$certs/$node.key" \
     --admin_tokens_file="$certs/admin-tokens" "$@" \
     2>"$out/$node.log" &
@@ -167,7 +182,7 @@ for node in "${worker_ids[@]}"; do
     "${trace[@]}" --model_dir="$out/$node-models" "${extra[@]}"
 done
 
-psctl() { "$bin/clients/psctl/psctl" --config="$out/psctl.yaml" "$@"; }
+psctl() { "$(binary psctl)" --config="$out/psctl.yaml" "$@"; }
 echo "run-cluster: psctl settings in $out/psctl.yaml (export HETPS_PSCTL_CONFIG=$(cd "$out" && pwd)/psctl.yaml)"
 echo "run-cluster: waiting for $((3 + workers)) live nodes ..."
 for _ in $(seq 1 100); do

@@ -46,6 +46,11 @@ class Backend {
   // True when "device" buffers are host memory the model may read and
   // write through host pointers (the CPU backend): no copies needed.
   virtual bool host_memory() const { return false; }
+  // True when a convolution should run over the whole batch in a few large
+  // calls (a GPU, where each call costs a launch of several microseconds
+  // and small ones leave it idle); false to run it sample by sample, whose
+  // columns stay in a CPU's caches between the calls that use them.
+  virtual bool batched_conv() const { return false; }
 
   // Device memory. Buffers are owned by the caller and released with Free.
   virtual absl::StatusOr<float*> Alloc(size_t floats) = 0;
@@ -63,6 +68,13 @@ class Backend {
   // m x k, op(B) is k x n; lda/ldb/ldc are the row strides of A, B, C as stored.
   virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                     int lda, const float* b, int ldb, float beta, float* c, int ldc) = 0;
+  // `batch` independent Gemm calls; call i uses a + i*stride_a, b + i*stride_b
+  // and c + i*stride_c (a stride of 0 shares that operand). The C matrices
+  // must not overlap.
+  virtual void GemmStridedBatched(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                                  const float* a, int lda, size_t stride_a, const float* b, int ldb,
+                                  size_t stride_b, float beta, float* c, int ldc, size_t stride_c,
+                                  int batch) = 0;
 
   // y[o][c][i] += bias[c] for o < outer, c < channels, i < inner.
   virtual void AddBias(float* y, const float* bias, int outer, int channels, int inner) = 0;
@@ -73,11 +85,12 @@ class Backend {
   virtual void Relu(const float* x, float* y, size_t n) = 0;
   virtual void ReluBackward(const float* y, const float* dy, float* dx, size_t n) = 0;
 
-  // One sample: col[(c*k + ky)*k + kx][oy*OW + ox] = x[c][oy*s - p + ky][ox*s - p + kx]
-  // (zero outside the image). Col2Im accumulates the adjoint into dx, which the
-  // caller zeroes first.
-  virtual void Im2Col(const float* x, const Window2d& w, float* col) = 0;
-  virtual void Col2Im(const float* col, const Window2d& w, float* dx) = 0;
+  // Per sample: col[(c*k + ky)*k + kx][oy*OW + ox] = x[c][oy*s - p + ky][ox*s - p + kx]
+  // (zero outside the image), for `batch` consecutive NCHW samples into as
+  // many consecutive column matrices. Col2Im accumulates the adjoint into
+  // dx, which the caller zeroes first.
+  virtual void Im2Col(const float* x, const Window2d& w, int batch, float* col) = 0;
+  virtual void Col2Im(const float* col, const Window2d& w, int batch, float* dx) = 0;
 
   // Max-pool over `batch` NCHW samples; argmax (per output element, index
   // into that sample's channel plane) drives the backward scatter into dx,

@@ -104,6 +104,15 @@ class CpuBackend final : public Backend {
                  trans_b ? kCblasTrans : kCblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c,
                  ldc);
   }
+  void GemmStridedBatched(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                          const float* a, int lda, size_t stride_a, const float* b, int ldb,
+                          size_t stride_b, float beta, float* c, int ldc, size_t stride_c,
+                          int batch) override {
+    for (int i = 0; i < batch; ++i) {
+      Gemm(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
+           c + i * stride_c, ldc);
+    }
+  }
 
   void AddBias(float* y, const float* bias, int outer, int channels, int inner) override {
     for (int o = 0; o < outer; ++o) {
@@ -160,7 +169,20 @@ class CpuBackend final : public Backend {
     if (*hi < *lo) *hi = *lo;
   }
 
-  void Im2Col(const float* x, const Window2d& w, float* col) override {
+  void Im2Col(const float* x, const Window2d& w, int batch, float* col) override {
+    const size_t in = static_cast<size_t>(w.channels) * w.height * w.width;
+    const size_t cols =
+        static_cast<size_t>(w.channels) * w.kernel * w.kernel * w.out_height() * w.out_width();
+    for (int s = 0; s < batch; ++s) Im2ColOne(x + s * in, w, col + s * cols);
+  }
+  void Col2Im(const float* col, const Window2d& w, int batch, float* dx) override {
+    const size_t in = static_cast<size_t>(w.channels) * w.height * w.width;
+    const size_t cols =
+        static_cast<size_t>(w.channels) * w.kernel * w.kernel * w.out_height() * w.out_width();
+    for (int s = 0; s < batch; ++s) Col2ImOne(col + s * cols, w, dx + s * in);
+  }
+
+  static void Im2ColOne(const float* x, const Window2d& w, float* col) {
     const int oh = w.out_height(), ow = w.out_width();
     for (int c = 0; c < w.channels; ++c) {
       const float* plane = x + static_cast<size_t>(c) * w.height * w.width;
@@ -193,7 +215,7 @@ class CpuBackend final : public Backend {
       }
     }
   }
-  void Col2Im(const float* col, const Window2d& w, float* dx) override {
+  static void Col2ImOne(const float* col, const Window2d& w, float* dx) {
     const int oh = w.out_height(), ow = w.out_width();
     for (int c = 0; c < w.channels; ++c) {
       float* plane = dx + static_cast<size_t>(c) * w.height * w.width;

@@ -22,13 +22,14 @@ namespace hetps {
 namespace train {
 namespace {
 
-// The five cuBLAS entry points the backend uses, resolved at run time.
+// The cuBLAS entry points the backend uses, resolved at run time.
 struct CublasApi {
   decltype(&cublasCreate_v2) create = nullptr;
   decltype(&cublasDestroy_v2) destroy = nullptr;
   decltype(&cublasSetStream_v2) set_stream = nullptr;
   decltype(&cublasSetMathMode) set_math_mode = nullptr;
   decltype(&cublasSgemm_v2) sgemm = nullptr;
+  decltype(&cublasSgemmStridedBatched) sgemm_strided_batched = nullptr;
 };
 
 absl::StatusOr<const CublasApi*> LoadCublas() {
@@ -54,6 +55,7 @@ absl::StatusOr<const CublasApi*> LoadCublas() {
     sym(&a->set_stream, "cublasSetStream_v2");
     sym(&a->set_math_mode, "cublasSetMathMode");
     sym(&a->sgemm, "cublasSgemm_v2");
+    sym(&a->sgemm_strided_batched, "cublasSgemmStridedBatched");
     if (!ok) return absl::UnavailableError("cuda: cuBLAS lacks an expected entry point");
     return a;
   }();
@@ -97,6 +99,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return absl::StrCat("cuda:", device_); }
+  bool batched_conv() const override { return true; }
 
   absl::StatusOr<float*> Alloc(size_t floats) override {
     if (!sticky_.ok()) return sticky_;
@@ -155,6 +158,20 @@ class CudaBackend final : public Backend {
       sticky_ = absl::InternalError(absl::StrCat("cuda: cublasSgemm failed with status ", s));
     }
   }
+  void GemmStridedBatched(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                          const float* a, int lda, size_t stride_a, const float* b, int ldb,
+                          size_t stride_b, float beta, float* c, int ldc, size_t stride_c,
+                          int batch) override {
+    // Operands swapped as in Gemm.
+    const cublasStatus_t s = api_->sgemm_strided_batched(
+        blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
+        &alpha, b, ldb, static_cast<long long>(stride_b), a, lda, static_cast<long long>(stride_a),
+        &beta, c, ldc, static_cast<long long>(stride_c), batch);
+    if (s != CUBLAS_STATUS_SUCCESS && sticky_.ok()) {
+      sticky_ = absl::InternalError(
+          absl::StrCat("cuda: cublasSgemmStridedBatched failed with status ", s));
+    }
+  }
   void AddBias(float* y, const float* bias, int outer, int channels, int inner) override {
     cuda::AddBias(y, bias, outer, channels, inner, stream_);
   }
@@ -165,11 +182,11 @@ class CudaBackend final : public Backend {
   void ReluBackward(const float* y, const float* dy, float* dx, size_t n) override {
     cuda::ReluBackward(y, dy, dx, n, stream_);
   }
-  void Im2Col(const float* x, const Window2d& w, float* col) override {
-    cuda::Im2Col(x, w.channels, w.height, w.width, w.kernel, w.stride, w.pad, col, stream_);
+  void Im2Col(const float* x, const Window2d& w, int batch, float* col) override {
+    cuda::Im2Col(x, w.channels, w.height, w.width, w.kernel, w.stride, w.pad, batch, col, stream_);
   }
-  void Col2Im(const float* col, const Window2d& w, float* dx) override {
-    cuda::Col2Im(col, w.channels, w.height, w.width, w.kernel, w.stride, w.pad, dx, stream_);
+  void Col2Im(const float* col, const Window2d& w, int batch, float* dx) override {
+    cuda::Col2Im(col, w.channels, w.height, w.width, w.kernel, w.stride, w.pad, batch, dx, stream_);
   }
   void MaxPool(const float* x, const Window2d& w, int batch, float* y, int32_t* argmax) override {
     cuda::MaxPool(x, batch * w.channels, w.height, w.width, w.kernel, w.stride, w.pad, y, argmax,

@@ -85,6 +85,19 @@ TEST_CASE("cuda primitives match cpu", "[cuda]") {
       }
     }
   }
+  SECTION("strided batched gemm, a shared operand") {
+    const int m = 6, n = 25, k = 19, batch = 4;
+    auto a = Random(m * k, 11), b = Random(size_t(batch) * k * n, 12);
+    for (int tb = 0; tb < 2; ++tb) {
+      std::vector<float> c_cpu(size_t(batch) * m * n, 0.5f);
+      p.cpu->GemmStridedBatched(false, tb, m, n, k, 1.5f, a.data(), k, 0, b.data(), tb ? k : n,
+                                size_t(k) * n, 0.25f, c_cpu.data(), n, size_t(m) * n, batch);
+      float* c = p.Up(std::vector<float>(c_cpu.size(), 0.5f));
+      p.gpu->GemmStridedBatched(false, tb, m, n, k, 1.5f, p.Up(a), k, 0, p.Up(b), tb ? k : n,
+                                size_t(k) * n, 0.25f, c, n, size_t(m) * n, batch);
+      CHECK(RelErr(p.Down(c, c_cpu.size()), c_cpu) < 1e-5);
+    }
+  }
   SECTION("bias, bias gradient, relu") {
     const int outer = 5, ch = 7, inner = 13;
     auto y = Random(outer * ch * inner, 3), bias = Random(ch, 4);
@@ -116,17 +129,18 @@ TEST_CASE("cuda primitives match cpu", "[cuda]") {
     w.kernel = 3;
     w.stride = 2;
     w.pad = 1;
-    const size_t cols = size_t(w.channels) * 9 * w.out_height() * w.out_width();
-    auto x = Random(size_t(w.channels) * w.height * w.width, 5);
+    const int samples = 3;  // several in one launch
+    const size_t cols = size_t(samples) * w.channels * 9 * w.out_height() * w.out_width();
+    auto x = Random(size_t(samples) * w.channels * w.height * w.width, 5);
     std::vector<float> col_cpu(cols);
-    p.cpu->Im2Col(x.data(), w, col_cpu.data());
+    p.cpu->Im2Col(x.data(), w, samples, col_cpu.data());
     float* colg = p.Up(std::vector<float>(cols));
-    p.gpu->Im2Col(p.Up(x), w, colg);
+    p.gpu->Im2Col(p.Up(x), w, samples, colg);
     CHECK(p.Down(colg, cols) == col_cpu);
     std::vector<float> dx_cpu(x.size(), 0.f);
-    p.cpu->Col2Im(col_cpu.data(), w, dx_cpu.data());
+    p.cpu->Col2Im(col_cpu.data(), w, samples, dx_cpu.data());
     float* dxg = p.Up(std::vector<float>(x.size(), 0.f));
-    p.gpu->Col2Im(colg, w, dxg);
+    p.gpu->Col2Im(colg, w, samples, dxg);
     CHECK(RelErr(p.Down(dxg, x.size()), dx_cpu) < 1e-6);
 
     Window2d pool = w;
@@ -134,7 +148,7 @@ TEST_CASE("cuda primitives match cpu", "[cuda]") {
     pool.stride = 2;
     pool.pad = 0;
     const int batch = 2;
-    auto xb = Random(batch * x.size(), 6);
+    auto xb = Random(size_t(batch) * w.channels * w.height * w.width, 6);
     const size_t outs = size_t(batch) * pool.channels * pool.out_height() * pool.out_width();
     std::vector<float> y_cpu(outs);
     std::vector<int32_t> am_cpu(outs);

@@ -59,10 +59,13 @@ __global__ void ReluBackwardKernel(const float* y, const float* dy, float* dx, s
 }
 
 __global__ void Im2ColKernel(const float* x, int channels, int height, int width, int kernel,
-                             int stride, int pad, int oh, int ow, float* col) {
-  const size_t total = size_t(channels) * kernel * kernel * oh * ow;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total;
-       i += size_t(blockDim.x) * gridDim.x) {
+                             int stride, int pad, int oh, int ow, int batch, float* col) {
+  const size_t per = size_t(channels) * kernel * kernel * oh * ow;
+  const size_t total = per * batch;
+  for (size_t j = blockIdx.x * size_t(blockDim.x) + threadIdx.x; j < total;
+       j += size_t(blockDim.x) * gridDim.x) {
+    const size_t sample = j / per, i = j % per;
+    const float* xs = x + sample * channels * height * width;
     const int ox = i % ow;
     const int oy = (i / ow) % oh;
     const size_t row = i / (size_t(oh) * ow);  // (c * k + ky) * k + kx
@@ -70,18 +73,21 @@ __global__ void Im2ColKernel(const float* x, int channels, int height, int width
     const int ky = (row / kernel) % kernel;
     const int c = row / (size_t(kernel) * kernel);
     const int iy = oy * stride - pad + ky, ix = ox * stride - pad + kx;
-    col[i] = (iy >= 0 && iy < height && ix >= 0 && ix < width)
-                 ? x[(size_t(c) * height + iy) * width + ix]
+    col[j] = (iy >= 0 && iy < height && ix >= 0 && ix < width)
+                 ? xs[(size_t(c) * height + iy) * width + ix]
                  : 0.f;
   }
 }
 
 // Gather form of the adjoint: one thread per input pixel, no atomics.
 __global__ void Col2ImKernel(const float* col, int channels, int height, int width, int kernel,
-                             int stride, int pad, int oh, int ow, float* dx) {
-  const size_t total = size_t(channels) * height * width;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total;
-       i += size_t(blockDim.x) * gridDim.x) {
+                             int stride, int pad, int oh, int ow, int batch, float* dx) {
+  const size_t per = size_t(channels) * height * width;
+  const size_t total = per * batch;
+  for (size_t j = blockIdx.x * size_t(blockDim.x) + threadIdx.x; j < total;
+       j += size_t(blockDim.x) * gridDim.x) {
+    const size_t sample = j / per, i = j % per;
+    const float* cs = col + sample * size_t(channels) * kernel * kernel * oh * ow;
     const int ix = i % width;
     const int iy = (i / width) % height;
     const int c = i / (size_t(width) * height);
@@ -96,10 +102,10 @@ __global__ void Col2ImKernel(const float* col, int channels, int height, int wid
         if (tx < 0 || tx % stride != 0) continue;
         const int ox = tx / stride;
         if (ox >= ow) continue;
-        s += col[((size_t(c) * kernel + ky) * kernel + kx) * oh * ow + size_t(oy) * ow + ox];
+        s += cs[((size_t(c) * kernel + ky) * kernel + kx) * oh * ow + size_t(oy) * ow + ox];
       }
     }
-    dx[i] += s;
+    dx[j] += s;
   }
 }
 
@@ -179,18 +185,18 @@ void ReluBackward(const float* y, const float* dy, float* dx, size_t n, cudaStre
   ReluBackwardKernel<<<Blocks(n), kThreads, 0, s>>>(y, dy, dx, n);
 }
 void Im2Col(const float* x, int channels, int height, int width, int kernel, int stride, int pad,
-            float* col, cudaStream_t s) {
+            int batch, float* col, cudaStream_t s) {
   const int oh = (height + 2 * pad - kernel) / stride + 1,
             ow = (width + 2 * pad - kernel) / stride + 1;
-  Im2ColKernel<<<Blocks(size_t(channels) * kernel * kernel * oh * ow), kThreads, 0, s>>>(
-      x, channels, height, width, kernel, stride, pad, oh, ow, col);
+  Im2ColKernel<<<Blocks(size_t(channels) * kernel * kernel * oh * ow * batch), kThreads, 0, s>>>(
+      x, channels, height, width, kernel, stride, pad, oh, ow, batch, col);
 }
 void Col2Im(const float* col, int channels, int height, int width, int kernel, int stride, int pad,
-            float* dx, cudaStream_t s) {
+            int batch, float* dx, cudaStream_t s) {
   const int oh = (height + 2 * pad - kernel) / stride + 1,
             ow = (width + 2 * pad - kernel) / stride + 1;
-  Col2ImKernel<<<Blocks(size_t(channels) * height * width), kThreads, 0, s>>>(
-      col, channels, height, width, kernel, stride, pad, oh, ow, dx);
+  Col2ImKernel<<<Blocks(size_t(channels) * height * width * batch), kThreads, 0, s>>>(
+      col, channels, height, width, kernel, stride, pad, oh, ow, batch, dx);
 }
 void MaxPool(const float* x, int planes, int height, int width, int kernel, int stride, int pad,
              float* y, int32_t* argmax, cudaStream_t s) {

@@ -21,10 +21,11 @@ void BiasGrad(const float* dy, float* dbias, int outer, int channels, int inner,
 void Relu(const float* x, float* y, size_t n, cudaStream_t stream);
 void ReluBackward(const float* y, const float* dy, float* dx, size_t n, cudaStream_t stream);
 // Window geometry is passed flat so this header needs nothing from backend.h.
+// Im2Col and Col2Im run over `batch` consecutive samples in one launch.
 void Im2Col(const float* x, int channels, int height, int width, int kernel, int stride, int pad,
-            float* col, cudaStream_t stream);
+            int batch, float* col, cudaStream_t stream);
 void Col2Im(const float* col, int channels, int height, int width, int kernel, int stride, int pad,
-            float* dx, cudaStream_t stream);
+            int batch, float* dx, cudaStream_t stream);
 void MaxPool(const float* x, int planes, int height, int width, int kernel, int stride, int pad,
              float* y, int32_t* argmax, cudaStream_t stream);
 void MaxPoolBackward(const float* dy, const int32_t* argmax, int planes, int height, int width,

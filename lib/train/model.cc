@@ -40,10 +40,14 @@ struct Model::Layer {
   int in_c = 0, in_h = 1, in_w = 1;
   int out_c = 0, out_h = 1, out_w = 1;
   size_t w_off = 0, w_size = 0, b_off = 0;  // parameter offsets (dense, conv)
-  float* col = nullptr;                     // conv: batch_max column matrices
-  float* dcol = nullptr;                    // conv: one sample's column gradient
-  int32_t* argmax = nullptr;                // max-pool
-  bool first = false;                       // no input gradient needed
+  // conv: column matrices and their gradient, one sample's, or batch_max's
+  // where the backend runs convolutions batched; then dw_each holds each
+  // sample's weight gradient before they are summed.
+  float* col = nullptr;
+  float* dcol = nullptr;
+  float* dw_each = nullptr;
+  int32_t* argmax = nullptr;  // max-pool
+  bool first = false;         // no input gradient needed
 
   size_t in_size() const { return static_cast<size_t>(in_c) * in_h * in_w; }
   size_t out_size() const { return static_cast<size_t>(out_c) * out_h * out_w; }
@@ -189,11 +193,16 @@ absl::Status Model::Allocate() {
     act_.push_back(out);
     dact_.push_back(dout);
     if (l->spec.type == Type::kConv) {
-      // One sample's columns, rebuilt in backward: a batch's worth (5 MB
-      // for lenet5's first layer) left the caches between forward and
-      // backward and cost more to keep than to recompute.
-      ASSIGN_OR_RETURN(l->col, alloc(l->col_rows() * l->col_cols()));
-      ASSIGN_OR_RETURN(l->dcol, alloc(l->col_rows() * l->col_cols()));
+      // Sample by sample, one sample's columns, rebuilt in backward: a
+      // batch's worth (5 MB for lenet5's first layer) left the caches
+      // between forward and backward and cost more to keep than to
+      // recompute. Batched, forward's columns are kept for backward.
+      const size_t samples = backend_->batched_conv() ? b : 1;
+      ASSIGN_OR_RETURN(l->col, alloc(samples * l->col_rows() * l->col_cols()));
+      ASSIGN_OR_RETURN(l->dcol, alloc(samples * l->col_rows() * l->col_cols()));
+      if (backend_->batched_conv()) {
+        ASSIGN_OR_RETURN(l->dw_each, alloc(b * l->w_size));
+      }
     }
     if (l->spec.type == Type::kMaxPool) {
       ASSIGN_OR_RETURN(l->argmax, backend_->AllocInt(b * l->out_size()));
@@ -203,6 +212,10 @@ absl::Status Model::Allocate() {
   ASSIGN_OR_RETURN(labels_, backend_->AllocInt(b));
   owned_.push_back(labels_);
   ASSIGN_OR_RETURN(row_loss_, alloc(b));
+  if (backend_->batched_conv()) {
+    ASSIGN_OR_RETURN(ones_, alloc(b));
+    backend_->Fill(ones_, b, 1.f);
+  }
   host_labels_.resize(b);
   host_row_loss_.resize(b);
   host_logits_.resize(b * spec_.classes);
@@ -285,11 +298,17 @@ void Model::Forward(int n) {
       case Type::kConv: {
         const Window2d w = l.window();
         const size_t rows = l.col_rows(), cols = l.col_cols();
-        for (int s = 0; s < n; ++s) {
-          float* col = l.col;
-          be.Im2Col(x + s * l.in_size(), w, col);
-          be.Gemm(false, false, l.out_c, cols, rows, 1.f, weights_ + l.w_off, rows, col, cols, 0.f,
-                  y + s * l.out_size(), cols);
+        if (be.batched_conv()) {
+          // Y_s[out x cols] = W[out x rows] col_s[rows x cols] for every s.
+          be.Im2Col(x, w, n, l.col);
+          be.GemmStridedBatched(false, false, l.out_c, cols, rows, 1.f, weights_ + l.w_off, rows, 0,
+                                l.col, cols, rows * cols, 0.f, y, cols, l.out_size(), n);
+        } else {
+          for (int s = 0; s < n; ++s) {
+            be.Im2Col(x + s * l.in_size(), w, 1, l.col);
+            be.Gemm(false, false, l.out_c, cols, rows, 1.f, weights_ + l.w_off, rows, l.col, cols,
+                    0.f, y + s * l.out_size(), cols);
+          }
         }
         be.AddBias(y, weights_ + l.b_off, n, l.out_c, cols);
         break;
@@ -344,17 +363,33 @@ absl::StatusOr<float> Model::ComputeGradients(const float* x, const uint8_t* lab
       case Type::kConv: {
         const Window2d w = l.window();
         const size_t rows = l.col_rows(), cols = l.col_cols();
-        for (int s = 0; s < n; ++s) {
-          const float* dys = dy + s * l.out_size();
-          be.Im2Col(x_in + s * l.in_size(), w, l.col);
-          be.Gemm(false, true, l.out_c, rows, cols, 1.f, dys, cols, l.col, cols, 1.f, g + l.w_off,
-                  rows);
+        if (be.batched_conv()) {
+          // dW_s = dY_s col_s^T for every s (forward's columns), then
+          // dW += sum over s as ones[1 x n] dW_each[n x (out * rows)];
+          // dcol_s = W^T dY_s, scattered back into dx.
+          be.GemmStridedBatched(false, true, l.out_c, rows, cols, 1.f, dy, cols, l.out_size(),
+                                l.col, cols, rows * cols, 0.f, l.dw_each, rows, l.w_size, n);
+          be.Gemm(false, false, 1, static_cast<int>(l.w_size), n, 1.f, ones_, n, l.dw_each,
+                  static_cast<int>(l.w_size), 1.f, g + l.w_off, static_cast<int>(l.w_size));
           if (dx != nullptr) {
-            be.Gemm(true, false, rows, cols, l.out_c, 1.f, weights_ + l.w_off, rows, dys, cols, 0.f,
-                    l.dcol, cols);
-            float* dxs = dx + s * l.in_size();
-            be.Fill(dxs, l.in_size(), 0.f);
-            be.Col2Im(l.dcol, w, dxs);
+            be.GemmStridedBatched(true, false, rows, cols, l.out_c, 1.f, weights_ + l.w_off, rows,
+                                  0, dy, cols, l.out_size(), 0.f, l.dcol, cols, rows * cols, n);
+            be.Fill(dx, n * l.in_size(), 0.f);
+            be.Col2Im(l.dcol, w, n, dx);
+          }
+        } else {
+          for (int s = 0; s < n; ++s) {
+            const float* dys = dy + s * l.out_size();
+            be.Im2Col(x_in + s * l.in_size(), w, 1, l.col);
+            be.Gemm(false, true, l.out_c, rows, cols, 1.f, dys, cols, l.col, cols, 1.f, g + l.w_off,
+                    rows);
+            if (dx != nullptr) {
+              be.Gemm(true, false, rows, cols, l.out_c, 1.f, weights_ + l.w_off, rows, dys, cols,
+                      0.f, l.dcol, cols);
+              float* dxs = dx + s * l.in_size();
+              be.Fill(dxs, l.in_size(), 0.f);
+              be.Col2Im(l.dcol, w, 1, dxs);
+            }
           }
         }
         be.BiasGrad(dy, g + l.b_off, n, l.out_c, cols);

@@ -134,6 +134,7 @@ class Model {
   float* params_ = nullptr;
   const float* weights_ = nullptr;  // what the layers read: params_, or UseParameters' span
   float* grad_ = nullptr;
+  float* ones_ = nullptr;     // batch_max ones: sums per-sample gradients (batched conv)
   std::vector<float*> act_;   // act_[i]: input of layer i; act_.back(): logits
   std::vector<float*> dact_;  // same shapes, gradients
   int32_t* labels_ = nullptr;

@@ -42,6 +42,73 @@ std::vector<float> RandomParams(const Model& m, uint32_t seed) {
   return p;
 }
 
+// The CPU backend, but asking the model to run convolutions over the whole
+// batch, as it does on a GPU: that path is then checked here too, not only
+// on a machine with one.
+class BatchedConvCpu final : public Backend {
+ public:
+  std::string name() const override { return "cpu-batched-conv"; }
+  bool host_memory() const override { return cpu_->host_memory(); }
+  bool batched_conv() const override { return true; }
+  absl::StatusOr<float*> Alloc(size_t n) override { return cpu_->Alloc(n); }
+  absl::StatusOr<int32_t*> AllocInt(size_t n) override { return cpu_->AllocInt(n); }
+  void Free(void* p) override { cpu_->Free(p); }
+  void CopyToDevice(float* d, const float* h, size_t n) override { cpu_->CopyToDevice(d, h, n); }
+  void CopyIntToDevice(int32_t* d, const int32_t* h, size_t n) override {
+    cpu_->CopyIntToDevice(d, h, n);
+  }
+  absl::Status CopyToHost(float* h, const float* d, size_t n) override {
+    return cpu_->CopyToHost(h, d, n);
+  }
+  void Fill(float* p, size_t n, float v) override { cpu_->Fill(p, n, v); }
+  absl::Status Sync() override { return cpu_->Sync(); }
+  void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+            const float* b, int ldb, float beta, float* c, int ldc) override {
+    cpu_->Gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  void GemmStridedBatched(bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
+                          int lda, size_t sa, const float* b, int ldb, size_t sb, float beta,
+                          float* c, int ldc, size_t sc, int batch) override {
+    cpu_->GemmStridedBatched(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc,
+                             batch);
+  }
+  void AddBias(float* y, const float* bias, int o, int c, int i) override {
+    cpu_->AddBias(y, bias, o, c, i);
+  }
+  void BiasGrad(const float* dy, float* db, int o, int c, int i) override {
+    cpu_->BiasGrad(dy, db, o, c, i);
+  }
+  void Relu(const float* x, float* y, size_t n) override { cpu_->Relu(x, y, n); }
+  void ReluBackward(const float* y, const float* dy, float* dx, size_t n) override {
+    cpu_->ReluBackward(y, dy, dx, n);
+  }
+  void Im2Col(const float* x, const Window2d& w, int batch, float* col) override {
+    cpu_->Im2Col(x, w, batch, col);
+  }
+  void Col2Im(const float* col, const Window2d& w, int batch, float* dx) override {
+    cpu_->Col2Im(col, w, batch, dx);
+  }
+  void MaxPool(const float* x, const Window2d& w, int batch, float* y, int32_t* am) override {
+    cpu_->MaxPool(x, w, batch, y, am);
+  }
+  void MaxPoolBackward(const float* dy, const int32_t* am, const Window2d& w, int batch,
+                       float* dx) override {
+    cpu_->MaxPoolBackward(dy, am, w, batch, dx);
+  }
+  void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int batch, int classes,
+                           float scale, float* row_loss, float* dlogits) override {
+    cpu_->SoftmaxCrossEntropy(logits, labels, batch, classes, scale, row_loss, dlogits);
+  }
+
+ private:
+  std::unique_ptr<Backend> cpu_ = NewCpuBackend();
+};
+
+std::unique_ptr<Backend> CpuBackend(bool batched_conv) {
+  if (batched_conv) return std::make_unique<BatchedConvCpu>();
+  return NewCpuBackend();
+}
+
 struct GradCheck {
   double worst = 0;  // worst normalised error over entries that are not at a kink
   int checked = 0;
@@ -61,8 +128,8 @@ constexpr double kGradTolerance = 2e-2;
 // difference straddles a kink, the analytic gradient (a one-sided
 // derivative) must match the left or right difference instead; such entries
 // are counted, and must stay rare.
-GradCheck CheckGradients(const ModelSpec& spec, int n, int per_tensor) {
-  auto backend = NewCpuBackend();
+GradCheck CheckGradients(const ModelSpec& spec, int n, int per_tensor, bool batched_conv) {
+  auto backend = CpuBackend(batched_conv);
   auto model_or = Model::Create(spec, backend.get(), n);
   REQUIRE(model_or.ok());
   Model& m = **model_or;
@@ -113,9 +180,10 @@ GradCheck CheckGradients(const ModelSpec& spec, int n, int per_tensor) {
   return r;
 }
 
-void ExpectGradientsMatch(const ModelSpec& spec, int n, int per_tensor) {
-  const GradCheck r = CheckGradients(spec, n, per_tensor);
-  INFO(r.checked << " entries checked, " << r.kinks << " at kinks, worst error " << r.worst);
+void ExpectGradientsMatch(const ModelSpec& spec, int n, int per_tensor, bool batched_conv = false) {
+  const GradCheck r = CheckGradients(spec, n, per_tensor, batched_conv);
+  INFO((batched_conv ? "batched convolutions: " : "")
+       << r.checked << " entries checked, " << r.kinks << " at kinks, worst error " << r.worst);
   CHECK(r.checked > 0);
   CHECK(r.worst < kGradTolerance);
   CHECK(r.kinks * 10 <= r.checked);
@@ -142,9 +210,48 @@ TEST_CASE("gradient check: relu between dense layers", "[model][gradcheck]") {
 }
 
 TEST_CASE("gradient check: stacked convolutions (im2col, col2im, padding)", "[model][gradcheck]") {
-  ExpectGradientsMatch(
-      Small(2, 6, 6, {LayerSpec::Conv(3, 3, 1), LayerSpec::Conv(4, 3, 0), LayerSpec::Dense(10)}), 3,
-      200);
+  for (bool batched : {false, true}) {
+    ExpectGradientsMatch(
+        Small(2, 6, 6, {LayerSpec::Conv(3, 3, 1), LayerSpec::Conv(4, 3, 0), LayerSpec::Dense(10)}),
+        3, 200, batched);
+  }
+}
+
+// The GPU's path (whole-batch im2col, strided-batched GEMMs, per-sample
+// weight gradients summed by a GEMM) gives the sample-by-sample results.
+TEST_CASE("batched convolutions give the per-sample path's loss and gradients", "[model]") {
+  for (const char* name : {"lenet5", "conv"}) {
+    const ModelSpec spec = std::string(name) == "lenet5"
+                               ? *BuiltinModel("lenet5")
+                               : Small(2, 9, 7,
+                                       {LayerSpec::Conv(3, 3, 2), LayerSpec::Relu(),
+                                        LayerSpec::Conv(4, 3, 0), LayerSpec::Dense(10)});
+    const int n = 6;
+    auto plain_be = CpuBackend(false), batched_be = CpuBackend(true);
+    auto plain = Model::Create(spec, plain_be.get(), n);
+    auto batched = Model::Create(spec, batched_be.get(), n);
+    REQUIRE(plain.ok());
+    REQUIRE(batched.ok());
+    const std::vector<float> p = RandomParams(**plain, 21);
+    const Batch b = RandomBatch(**plain, n, 22);
+    std::vector<float> g1((*plain)->num_params(), 7.f), g2((*plain)->num_params(), -3.f);
+    for (auto* m : {&*plain, &*batched}) REQUIRE((*m)->SetParameters(p).ok());
+    // A batch smaller than batch_max too: strides must follow the batch.
+    for (int used : {n, n - 2}) {
+      INFO(name << ", " << used << " samples");
+      auto l1 = (*plain)->ComputeGradients(b.x.data(), b.y.data(), used, absl::MakeSpan(g1));
+      auto l2 = (*batched)->ComputeGradients(b.x.data(), b.y.data(), used, absl::MakeSpan(g2));
+      REQUIRE(l1.ok());
+      REQUIRE(l2.ok());
+      CHECK(*l2 == Approx(*l1).epsilon(1e-6));
+      double worst = 0;
+      for (size_t i = 0; i < g1.size(); ++i) {
+        worst = std::max(worst,
+                         std::abs(double(g1[i]) - g2[i]) / std::max(1e-3, std::abs(double(g1[i]))));
+      }
+      CHECK(worst < 1e-4);
+    }
+  }
 }
 
 // The CPU backend copies whole in-bounds runs of a row (InsideRange);
@@ -189,11 +296,24 @@ TEST_CASE("cpu im2col and col2im match their definition for any pad and stride",
             }
           }
         }
-        be->Im2Col(x.data(), w, col.data());
+        be->Im2Col(x.data(), w, 1, col.data());
         INFO("stride " << stride << " pad " << pad << " kernel " << kernel);
         CHECK(col == want);
-        be->Col2Im(dcol.data(), w, dx.data());
+        be->Col2Im(dcol.data(), w, 1, dx.data());
         for (size_t i = 0; i < dx.size(); ++i) CHECK(dx[i] == Approx(want_dx[i]).margin(1e-6));
+        // Two samples at once: each sample's own columns and adjoint.
+        std::vector<float> x2 = x, col2(2 * col.size()), dx2(2 * dx.size(), 0.f);
+        x2.insert(x2.end(), x.rbegin(), x.rend());
+        be->Im2Col(x2.data(), w, 2, col2.data());
+        CHECK(std::equal(col.begin(), col.end(), col2.begin()));
+        std::vector<float> col_rev(col.size());
+        be->Im2Col(x2.data() + x.size(), w, 1, col_rev.data());
+        CHECK(std::equal(col_rev.begin(), col_rev.end(), col2.begin() + col.size()));
+        std::vector<float> dcol2 = dcol;
+        dcol2.insert(dcol2.end(), dcol.begin(), dcol.end());
+        be->Col2Im(dcol2.data(), w, 2, dx2.data());
+        CHECK(std::equal(dx.begin(), dx.end(), dx2.begin()));
+        CHECK(std::equal(dx.begin(), dx.end(), dx2.begin() + dx.size()));
       }
     }
   }
