@@ -40,6 +40,10 @@ void Endpoint::Impl::Receive(uint64_t now) {
           HandleData(d.from, p, now, now - std::min(now, d.age_us));
           break;
         case PacketType::kAck:
+          // ACKs keep the read time. The kernel stamps a datagram before
+          // netfilter and any local ingress queue: where those delay it (a
+          // firewall, the testbed's delay queue), its time reads early, an
+          // RTT short and the RTO below the real RTT.
           HandleAck(d.from, p, now);
           break;
         case PacketType::kStop:
