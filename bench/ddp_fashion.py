@@ -9,9 +9,10 @@ usage: ddp_fashion.py --model mlp|mlp-wide|lenet5 (--epochs N | --iterations N)
 The same models as hetps (lib/train/model.cc: layers, He-uniform weights,
 zero biases), data (Fashion-MNIST pixels / 255), per-worker batch, SGD with
 momentum and iteration count (ceil(shard / batch) per epoch, as hetps
-counts), one compute thread per process. Prints one JSON line: training
-seconds (first iteration to the last, after the final all-reduce), samples/s
-and the test accuracy of rank 0's final model on the 10000 test images.
+counts), one compute thread per process, BLAS included. Prints one JSON
+line: training seconds (first iteration to the last, after the final
+all-reduce), samples/s and the test accuracy of rank 0's final model on the
+10000 test images.
 
 --compute-only is the peer of bench/model_bench: one process, each model's
 forward, backward and SGD step on a synthetic batch that starts in host
@@ -24,6 +25,14 @@ import json
 import math
 import os
 import time
+
+# One BLAS thread per process, as hetps' trainers (--cpu_threads=1).
+# torch.set_num_threads does not reach the OpenBLAS that Debian's torch
+# calls through libblas.so.3: without these, each process's GEMMs use every
+# core (mlp-wide: 19.7 ms a step on two cores, 34.9 ms on one). Set before
+# numpy and torch load it; spawned workers inherit them.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 import numpy as np
 import torch
