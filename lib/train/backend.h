@@ -114,7 +114,10 @@ absl::StatusOr<BackendKind> ParseBackendKind(const std::string& s);
 // exists; kAuto picks CUDA when usable, else CPU.
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int device = 0);
 
-std::unique_ptr<Backend> NewCpuBackend();
+// batched_conv: run convolutions over the whole batch as the GPU does
+// (Backend::batched_conv) rather than sample by sample, so that path is
+// checked on machines without a GPU too.
+std::unique_ptr<Backend> NewCpuBackend(bool batched_conv = false);
 
 // Loads cuBLAS with dlopen and resolves every entry point the CUDA backend
 // uses, without touching a GPU (the CUDA backend does this on creation).

@@ -69,8 +69,10 @@ const OpenBlas& Blas() {
 
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(bool batched_conv) : batched_conv_(batched_conv) {}
   std::string name() const override { return "cpu"; }
   bool host_memory() const override { return true; }
+  bool batched_conv() const override { return batched_conv_; }
 
   absl::StatusOr<float*> Alloc(size_t floats) override {
     void* p = AlignedAlloc(floats * sizeof(float));
@@ -310,13 +312,16 @@ class CpuBackend final : public Backend {
     const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
     return std::aligned_alloc(64, rounded);
   }
+
+ private:
+  const bool batched_conv_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> NewCpuBackend() {
+std::unique_ptr<Backend> NewCpuBackend(bool batched_conv) {
   Blas();  // a missing OpenBLAS fails here, not mid-training
-  return std::make_unique<CpuBackend>();
+  return std::make_unique<CpuBackend>(batched_conv);
 }
 
 void SetCpuThreads(int threads) {

@@ -197,10 +197,11 @@ absl::Status Model::Allocate() {
       // batch's worth (5 MB for lenet5's first layer) left the caches
       // between forward and backward and cost more to keep than to
       // recompute. Batched, forward's columns are kept for backward.
-      const size_t samples = backend_->batched_conv() ? b : 1;
+      const bool batched = backend_->batched_conv();
+      const size_t samples = batched ? b : 1;
       ASSIGN_OR_RETURN(l->col, alloc(samples * l->col_rows() * l->col_cols()));
       ASSIGN_OR_RETURN(l->dcol, alloc(samples * l->col_rows() * l->col_cols()));
-      if (backend_->batched_conv()) {
+      if (batched) {
         ASSIGN_OR_RETURN(l->dw_each, alloc(b * l->w_size));
       }
     }

@@ -42,73 +42,6 @@ std::vector<float> RandomParams(const Model& m, uint32_t seed) {
   return p;
 }
 
-// The CPU backend, but asking the model to run convolutions over the whole
-// batch, as it does on a GPU: that path is then checked here too, not only
-// on a machine with one.
-class BatchedConvCpu final : public Backend {
- public:
-  std::string name() const override { return "cpu-batched-conv"; }
-  bool host_memory() const override { return cpu_->host_memory(); }
-  bool batched_conv() const override { return true; }
-  absl::StatusOr<float*> Alloc(size_t n) override { return cpu_->Alloc(n); }
-  absl::StatusOr<int32_t*> AllocInt(size_t n) override { return cpu_->AllocInt(n); }
-  void Free(void* p) override { cpu_->Free(p); }
-  void CopyToDevice(float* d, const float* h, size_t n) override { cpu_->CopyToDevice(d, h, n); }
-  void CopyIntToDevice(int32_t* d, const int32_t* h, size_t n) override {
-    cpu_->CopyIntToDevice(d, h, n);
-  }
-  absl::Status CopyToHost(float* h, const float* d, size_t n) override {
-    return cpu_->CopyToHost(h, d, n);
-  }
-  void Fill(float* p, size_t n, float v) override { cpu_->Fill(p, n, v); }
-  absl::Status Sync() override { return cpu_->Sync(); }
-  void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
-            const float* b, int ldb, float beta, float* c, int ldc) override {
-    cpu_->Gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  }
-  void GemmStridedBatched(bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
-                          int lda, size_t sa, const float* b, int ldb, size_t sb, float beta,
-                          float* c, int ldc, size_t sc, int batch) override {
-    cpu_->GemmStridedBatched(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc,
-                             batch);
-  }
-  void AddBias(float* y, const float* bias, int o, int c, int i) override {
-    cpu_->AddBias(y, bias, o, c, i);
-  }
-  void BiasGrad(const float* dy, float* db, int o, int c, int i) override {
-    cpu_->BiasGrad(dy, db, o, c, i);
-  }
-  void Relu(const float* x, float* y, size_t n) override { cpu_->Relu(x, y, n); }
-  void ReluBackward(const float* y, const float* dy, float* dx, size_t n) override {
-    cpu_->ReluBackward(y, dy, dx, n);
-  }
-  void Im2Col(const float* x, const Window2d& w, int batch, float* col) override {
-    cpu_->Im2Col(x, w, batch, col);
-  }
-  void Col2Im(const float* col, const Window2d& w, int batch, float* dx) override {
-    cpu_->Col2Im(col, w, batch, dx);
-  }
-  void MaxPool(const float* x, const Window2d& w, int batch, float* y, int32_t* am) override {
-    cpu_->MaxPool(x, w, batch, y, am);
-  }
-  void MaxPoolBackward(const float* dy, const int32_t* am, const Window2d& w, int batch,
-                       float* dx) override {
-    cpu_->MaxPoolBackward(dy, am, w, batch, dx);
-  }
-  void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int batch, int classes,
-                           float scale, float* row_loss, float* dlogits) override {
-    cpu_->SoftmaxCrossEntropy(logits, labels, batch, classes, scale, row_loss, dlogits);
-  }
-
- private:
-  std::unique_ptr<Backend> cpu_ = NewCpuBackend();
-};
-
-std::unique_ptr<Backend> CpuBackend(bool batched_conv) {
-  if (batched_conv) return std::make_unique<BatchedConvCpu>();
-  return NewCpuBackend();
-}
-
 struct GradCheck {
   double worst = 0;  // worst normalised error over entries that are not at a kink
   int checked = 0;
@@ -129,7 +62,7 @@ constexpr double kGradTolerance = 2e-2;
 // derivative) must match the left or right difference instead; such entries
 // are counted, and must stay rare.
 GradCheck CheckGradients(const ModelSpec& spec, int n, int per_tensor, bool batched_conv) {
-  auto backend = CpuBackend(batched_conv);
+  auto backend = NewCpuBackend(batched_conv);
   auto model_or = Model::Create(spec, backend.get(), n);
   REQUIRE(model_or.ok());
   Model& m = **model_or;
@@ -227,7 +160,7 @@ TEST_CASE("batched convolutions give the per-sample path's loss and gradients", 
                                        {LayerSpec::Conv(3, 3, 2), LayerSpec::Relu(),
                                         LayerSpec::Conv(4, 3, 0), LayerSpec::Dense(10)});
     const int n = 6;
-    auto plain_be = CpuBackend(false), batched_be = CpuBackend(true);
+    auto plain_be = NewCpuBackend(false), batched_be = NewCpuBackend(true);
     auto plain = Model::Create(spec, plain_be.get(), n);
     auto batched = Model::Create(spec, batched_be.get(), n);
     REQUIRE(plain.ok());
