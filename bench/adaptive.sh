@@ -7,7 +7,8 @@
 # turn, during one job; after each change the script waits for the link
 # matrix (psctl links) to show it and prints measured against configured,
 # and how long after the change schedd had it (reports are sent when a
-# link moves, not on the update period).
+# link moves, not on the update period). Every report read after each
+# change: DIR/awareness-reports.txt.
 #
 # Part 2, load distribution: HOSTS hosts (one per rate of --rates), each
 # running a psd and a workerd that share the host's access link; schedd on
@@ -76,7 +77,7 @@ while [ $# -gt 0 ]; do
     --segment_bytes) segment_bytes=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --trace) trace=1; shift ;;
-    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
     *) echo "adaptive: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -184,17 +185,6 @@ YAML
   [ -z "$probe_bytes" ] || echo "probe_chunk_bytes: $probe_bytes"
 }
 
-# The link FROM -> TO's rate in Mbit/s from psctl links (empty: none yet).
-link_mbit() {
-  psctl links -o json | python3 -c '
-import json, sys
-f, t = sys.argv[1:3]
-for l in json.load(sys.stdin)["links"]:
-    if l["from"] == f and l["to"] == t:
-        print("%.2f %d" % (l["throughput_bytes_per_second"] * 8 / 1e6, l["age_ms"]))
-' "$1" "$2"
-}
-
 if [ "$part" = awareness ] || [ "$part" = all ]; then
   echo "adaptive: part 1, awareness: psd-0 (host 0) <-> worker-0 (host 1)"
   bash $tb up 1 >/dev/null
@@ -210,23 +200,54 @@ if [ "$part" = awareness ] || [ "$part" = all ]; then
     bash $tb rate 0 "${r}mbit" >/dev/null
     bash $tb rate 1 "${r}mbit" >/dev/null
     changed=$(date +%s.%N)
-    # Until both directions show a report newer than the change, within 10%.
-    for _ in $(seq 600); do
-      sleep 0.1
-      read -r push push_age <<<"$(link_mbit worker-0 psd-0)" || true
-      read -r pull pull_age <<<"$(link_mbit psd-0 worker-0)" || true
-      now=$(date +%s.%N)
-      fresh=$(awk -v n="$now" -v c="$changed" -v a="${push_age:-1e9}" -v b="${pull_age:-1e9}" \
-        'BEGIN { print ((n - c) * 1000 > a && (n - c) * 1000 > b) ? 1 : 0 }')
-      ok=$(awk -v r="$r" -v p="${push:-0}" -v q="${pull:-0}" \
-        'BEGIN { e1 = (p - r) / r; e2 = (q - r) / r; if (e1 < 0) e1 = -e1; if (e2 < 0) e2 = -e2;
-                 print (e1 <= 0.1 && e2 <= 0.1) ? 1 : 0 }')
-      [ "$fresh" = 1 ] && [ "$ok" = 1 ] && break
-    done
-    took=$(awk -v n="$(date +%s.%N)" -v c="$changed" 'BEGIN { printf "%.1f s", n - c }')
-    printf '%-10s %-22s %-10s %-8s %-22s %-10s\n' "$r Mbit/s" "${push:-none}" \
-      "$(awk -v r="$r" -v p="${push:-0}" 'BEGIN { printf "%+.1f%%", 100 * (p - r) / r }')" "$took" \
-      "${pull:-none}" "$(awk -v r="$r" -v p="${pull:-0}" 'BEGIN { printf "%+.1f%%", 100 * (p - r) / r }')"
+    # "shown": when schedd received the reports that first showed the new
+    # rate in both directions (its receive time, read as the report's age
+    # in psctl links), not when this loop saw them: a poll takes a psctl
+    # call, and the figure would include it.
+    read -r push push_err took pull pull_err < <(python3 - "$r" "$changed" "$out/awareness-reports.txt" \
+      ip netns exec "${HPS_TESTBED}-n0" "$bin/clients/psctl/psctl" --insecure \
+      --endpoint="$schedd_addr" links -o json <<'PY'
+import json, subprocess, sys, time
+rate, changed, log, cmd = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4:]
+log = open(log, "a")
+want = {("worker-0", "psd-0"): "push", ("psd-0", "worker-0"): "pull"}
+seen = {}   # direction -> measured_unix_ms of the latest report read
+start = {}  # direction -> first report of the current run within 10%
+value = {}
+deadline = time.time() + 60
+while time.time() < deadline:
+    try:
+        j = json.loads(subprocess.run(cmd, capture_output=True, timeout=10).stdout)
+    except Exception:
+        time.sleep(0.1)
+        continue
+    now_ms = j.get("now_unix_ms") or time.time() * 1000
+    for l in j.get("links", []):
+        d = want.get((l["from"], l["to"]))
+        if d is None:
+            continue
+        at = now_ms - l["age_ms"]
+        if at <= changed * 1000 or seen.get(d) == at:
+            continue
+        seen[d] = at
+        value[d] = l["throughput_bytes_per_second"] * 8 / 1e6
+        print("%g Mbit/s %s +%.2f s %.2f Mbit/s flow %d" % (rate, d, at / 1000 - changed, value[d],
+                                                          l.get("flow_bytes", 0)), file=log)
+        if abs(value[d] - rate) <= 0.1 * rate:
+            start.setdefault(d, at)
+        else:
+            start.pop(d, None)
+    if len(start) == 2:
+        break
+    time.sleep(0.1)
+def err(d):
+    return "%+.1f%%" % (100 * (value[d] - rate) / rate) if d in value else "-"
+took = "%.1f" % (max(start.values()) / 1000 - changed) if len(start) == 2 else "never"
+print("%.2f" % value.get("push", 0), err("push"), took, "%.2f" % value.get("pull", 0), err("pull"))
+PY
+    )
+    printf '%-10s %-22s %-10s %-8s %-22s %-10s\n' "$r Mbit/s" "$push" "$push_err" "$took s" \
+      "$pull" "$pull_err"
   done
   psctl job cancel >/dev/null || true
   stop_all

@@ -78,50 +78,115 @@ void LinkMeter::AddTraffic(const transport::FlowResult& r, double wire) {
   traffic_new_ = true;
 }
 
+// The bytes of a flow that arrived at or after `from_us`, each half of it
+// taken as spread evenly over its own time.
+static double BytesSince(const transport::FlowResult& r, double wire, uint64_t from_us) {
+  if (r.first_us >= from_us) return wire;
+  if (r.last_us <= from_us) return 0;
+  const uint32_t half = (r.total_packets + 1) / 2;
+  if (r.mid_us > r.first_us && r.mid_us < r.last_us && r.received > half) {
+    const double head = wire * half / r.received;
+    if (r.mid_us >= from_us) {
+      return head * double(r.mid_us - from_us) / double(r.mid_us - r.first_us) + (wire - head);
+    }
+    return (wire - head) * double(r.last_us - from_us) / double(r.last_us - r.mid_us);
+  }
+  return wire * double(r.last_us - from_us) / double(r.last_us - r.first_us);
+}
+
 void LinkMeter::OnFlow(const transport::Peer& from, const transport::FlowResult& r) {
   if (r.received == 0 || r.last_us < r.first_us) return;
   // Bytes as the link carries them: each datagram's header and its IPv4
   // and UDP headers count, as a shaper counts them.
   const double wire = double(r.bytes) + double(r.received) * kPacketOverheadBytes;
+  const double per_packet = wire / r.received;
   absl::MutexLock lock(&mu_);
   if (local_ip_ == 0 || from.ip != local_ip_) AddTraffic(r, wire);
-  if (r.received < 2 || r.last_us == r.first_us || r.bytes < config_.probe_bytes) return;
-  const double per_packet = wire / r.received;
+  Link& l = links_[from];
+  l.now.from = from;
+  Link::Span& sp = l.span;
+  if (sp.open &&
+      (r.first_us <= sp.last_us ||
+       (r.iteration == sp.iteration && r.first_us <= sp.last_us + SpanGapUs(sp, per_packet)))) {
+    if (r.last_us <= sp.start_us) return;  // over before the span's timing began
+    sp.bytes_after += BytesSince(r, wire, sp.start_us);
+    sp.payload += r.bytes;
+    sp.last_us = std::max(sp.last_us, r.last_us);
+    sp.longest_us = std::max(sp.longest_us, r.last_us - r.first_us);
+    sp.per_packet = per_packet;
+    if (sp.payload >= kSpanProbes * config_.probe_bytes) CloseSpan(&l);
+    return;
+  }
+  CloseSpan(&l);
+  // A new span: its first flow needs a dispersion of its own.
+  if (r.received < 2 || r.last_us == r.first_us) return;
   const uint32_t half = (r.total_packets + 1) / 2;
-  double rate;
+  sp.open = true;
   if (r.mid_us > r.first_us && r.last_us > r.mid_us && r.received > half) {
     // The second half: the packets after the one that made half, over
     // the time from it to the last. A token-bucket shaper passes its
     // burst allowance at line rate when a flow starts after a pause, and
     // the flow's first bytes then read far above the link's rate.
-    rate = per_packet * double(r.received - half) * 1e6 / double(r.last_us - r.mid_us);
+    sp.start_us = r.mid_us;
+    sp.bytes_after = per_packet * double(r.received - half);
   } else {
-    // The first packet marks the start: the bytes after it, over the
-    // time to the last one.
-    rate = (wire - per_packet) * 1e6 / double(r.last_us - r.first_us);
+    // The first packet marks the start: the bytes after it.
+    sp.start_us = r.first_us;
+    sp.bytes_after = wire - per_packet;
   }
-  Link& l = links_[from];
-  l.recent.push_back({rate, r.bytes, r.last_us});
-  // Flows end in about the order they are timed; the newest one's end is
+  sp.payload = r.bytes;
+  sp.iteration = r.iteration;
+  sp.last_us = r.last_us;
+  sp.longest_us = r.last_us - r.first_us;
+  sp.per_packet = per_packet;
+}
+
+uint64_t LinkMeter::SpanGapUs(const Link::Span& sp, double per_packet) {
+  const double rate =
+      sp.last_us > sp.start_us ? sp.bytes_after * 1e6 / double(sp.last_us - sp.start_us) : 0;
+  if (rate <= 0) return kSpanGapMinUs;
+  return std::max(
+      {kSpanGapMinUs, uint64_t(kSpanGapPackets * per_packet * 1e6 / rate), sp.longest_us});
+}
+
+void LinkMeter::CloseSpan(Link* l) {
+  Link::Span sp = l->span;
+  l->span = Link::Span{};
+  if (!sp.open || sp.payload < config_.probe_bytes || sp.last_us <= sp.start_us) return;
+  l->recent.push_back(
+      {sp.bytes_after * 1e6 / double(sp.last_us - sp.start_us), sp.payload, sp.last_us});
+  ++l->now.samples;
+  l->now.bytes += sp.payload;
+  // Spans end in about the order they are timed; the newest one's end is
   // this link's now.
-  const uint64_t now_us = std::max(l.now.updated_us, r.last_us);
-  while (l.recent.size() > config_.probe_num ||
-         (l.recent.size() > 1 && l.recent.front().last_us + config_.window_us < now_us)) {
-    l.recent.pop_front();
+  const uint64_t now_us = std::max(l->now.updated_us, sp.last_us);
+  while (l->recent.size() > config_.probe_num ||
+         (l->recent.size() > 1 && l->recent.front().last_us + config_.window_us < now_us)) {
+    l->recent.pop_front();
   }
-  l.now.from = from;
-  const auto best = std::max_element(l.recent.begin(), l.recent.end(),
+  const auto best = std::max_element(l->recent.begin(), l->recent.end(),
                                      [](const auto& a, const auto& b) { return a.rate < b.rate; });
-  l.now.bytes_per_s = best->rate;
-  l.now.flow_bytes = best->flow_bytes;
-  ++l.now.samples;
-  l.now.bytes += r.bytes;
-  l.now.updated_us = now_us;
+  l->now.bytes_per_s = best->rate;
+  l->now.flow_bytes = best->flow_bytes;
+  l->now.updated_us = now_us;
+}
+
+void LinkMeter::CloseQuietSpans(uint64_t now_us) {
+  for (auto& [peer, l] : links_) {
+    const Link::Span& sp = l.span;
+    // A flow that continues the span began within the gap and, being of
+    // about the size of the span's flows, is over within twice the
+    // longest of them; until then it may still come.
+    if (sp.open && now_us > sp.last_us + SpanGapUs(sp, sp.per_packet) + 2 * sp.longest_us) {
+      CloseSpan(&l);
+    }
+  }
 }
 
 std::vector<LinkSample> LinkMeter::TakeChanged() {
   const uint64_t now_us = clock_->MonotonicMicros();
   absl::MutexLock lock(&mu_);
+  CloseQuietSpans(now_us);
   std::vector<LinkSample> out;
   for (auto& [peer, l] : links_) {
     // The first estimate takes probe_num probes.
@@ -138,10 +203,14 @@ std::vector<LinkSample> LinkMeter::TakeChanged() {
   return out;
 }
 
-std::vector<LinkSample> LinkMeter::All() const {
+std::vector<LinkSample> LinkMeter::All() {
+  const uint64_t now_us = clock_->MonotonicMicros();
   absl::MutexLock lock(&mu_);
+  CloseQuietSpans(now_us);
   std::vector<LinkSample> out;
-  for (const auto& [peer, l] : links_) out.push_back(l.now);
+  for (const auto& [peer, l] : links_) {
+    if (l.now.samples > 0) out.push_back(l.now);
+  }
   return out;
 }
 

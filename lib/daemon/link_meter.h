@@ -6,21 +6,27 @@
 // rate (of IP packets: headers count, as a link's shaper counts them).
 // The first half is left out because a token-bucket shaper lets its
 // burst allowance through at line rate when a flow starts after a pause,
-// and a flow that fits in the burst would read far above the link; so
-// probe_bytes should be at least twice a path's burst. Without a middle
-// arrival (a transport that does not say) the first packet marks the
-// start. Both times are on this node's clock, so no clock offset enters.
-// Flows below probe_bytes (PROBE_CHUNK_SIZE) are ignored; an estimate is
-// the largest of the latest probe_num (PROBE_CHUNK_NUM) samples that
-// ended within window_us of the newest: a flow's packets leave the
-// bottleneck spaced at its rate or wider (sharing it with other flows,
-// or sent slower), never closer, so the largest is the closest to what
-// the link can carry; and a sample older than the window (the job's
+// and a flow that fits in the burst would read far above the link. A
+// sender pacing above the link still gets up to a bucket x pace / (pace
+// - link) bytes through at its pace, so flows that follow one another
+// (the segments of one broadcast, interleaved or in turn; details at
+// kSpanGapPackets) are timed as one span, from the first one's middle
+// arrival to the last arrival, counted once the span is over: a bucket
+// passes at most what it held at the start plus its rate times the time,
+// so the longer the span the less its start counts. Without a
+// middle arrival (a transport that does not say) the first packet marks
+// the start. Both times are on this node's clock, so no clock offset
+// enters. Spans below probe_bytes (PROBE_CHUNK_SIZE) are ignored; an
+// estimate is the largest of the latest probe_num (PROBE_CHUNK_NUM) span
+// samples that ended within window_us of the newest: a flow's packets
+// leave the bottleneck spaced at its rate or wider (sharing it with other
+// flows, or sent slower), never closer, so the largest is the closest to
+// what the link can carry; and a sample older than the window (the job's
 // update period) describes the network of a decision ago, so a link that
 // sees one flow a round shows a drop within a period, not after
 // probe_num rounds. A link is first reported after probe_num probes in
 // all, and again once it moved by more than report_rate (REPORT_RATE),
-// and at least every kRefreshUs while new probes come in: schedd reads
+// and at least every kRefreshUs while its samples grow: schedd reads
 // only links reported since a plan settled, and a link that still
 // carries flows at the same rate is as much news as one that moved.
 //
@@ -62,7 +68,7 @@ struct LinkSample {
   transport::Peer from;
   double bytes_per_s = 0;   // the estimate: the largest of the latest samples
   uint64_t flow_bytes = 0;  // the bytes of the flow that gave it
-  uint64_t samples = 0;     // probes taken in all
+  uint64_t samples = 0;     // probes (spans) taken in all
   uint64_t bytes = 0;       // their bytes
   uint64_t updated_us = 0;  // the endpoint's clock at the latest probe
 };
@@ -82,6 +88,23 @@ class LinkMeter final : public transport::FlowObserver {
   // are whole in some report.
   static constexpr uint64_t kTrafficBins = 200;
   static constexpr uint64_t kRefreshUs = 1'000'000;
+  // A flow continues its link's span when it began before the span's last
+  // arrival, or, in the same round as the span's first flow, within a gap
+  // of it: up to the span's longest flow (its first to last arrival) or
+  // kSpanGapPackets packet times at the span's rate, at least
+  // kSpanGapMinUs (receive-time jitter). The gap counts in the span's
+  // time. A token bucket lets through at most what it held at the span's
+  // start plus its rate times the span's time, however the bytes came, so
+  // a gap's refill cannot lift the reading above that (timed alone, a
+  // flow after a gap rides the refill: its sender's pace shows); a gap
+  // only lowers it, by its share of the time, and the estimate takes the
+  // largest span. Flows of the next round come after the rest of a round
+  // (pulls, compute), a gap that would stand for most of the time. A span
+  // stops taking flows at kSpanProbes x probe_bytes, so that a link busy
+  // for long is still timed in parts and a change within it shows.
+  static constexpr double kSpanGapPackets = 4;
+  static constexpr uint64_t kSpanGapMinUs = 200;
+  static constexpr uint64_t kSpanProbes = 8;
 
   // `clock`: the endpoint's, whose MonotonicMicros times the flows.
   explicit LinkMeter(const LinkMeterConfig& config = {}, const Clock* clock = RealClock::Get())
@@ -92,9 +115,12 @@ class LinkMeter final : public transport::FlowObserver {
   void OnFlow(const transport::Peer& from, const transport::FlowResult& r) override;
   // Links with an estimate never reported, moved by more than
   // report_rate since it was, or probed since and reported kRefreshUs
-  // ago or longer; each is marked reported.
+  // ago or longer; each is marked reported. Spans are over (and count)
+  // once no flow can continue them: past the gap and twice their longest
+  // flow after their last arrival.
   std::vector<LinkSample> TakeChanged();
-  std::vector<LinkSample> All() const;
+  // Every link with an estimate (spans that are over count).
+  std::vector<LinkSample> All();
   // The last `bins` (at most kTrafficBins) bins up to now, each flow's
   // wire bytes spread evenly over its first to last arrival. False when
   // no flow ended since the previous call.
@@ -113,10 +139,26 @@ class LinkMeter final : public transport::FlowObserver {
       double rate = 0;
       uint64_t flow_bytes = 0, last_us = 0;
     };
-    std::deque<Sample> recent;                       // oldest first
+    std::deque<Sample> recent;  // oldest first
+    // Back-to-back flows timed as one probe (OnFlow), a sample once over.
+    struct Span {
+      bool open = false;
+      uint64_t start_us = 0, last_us = 0;
+      double bytes_after = 0;  // wire bytes that arrived after start_us
+      uint64_t payload = 0;
+      uint32_t iteration = 0;   // its first flow's round
+      uint64_t longest_us = 0;  // its longest flow, first to last arrival
+      double per_packet = 0;    // wire bytes per packet, its latest flow
+    };
+    Span span;
     double reported = 0;                             // 0: never
     uint64_t reported_samples = 0, reported_us = 0;  // when it was
   };
+  static uint64_t SpanGapUs(const Link::Span& sp, double per_packet);
+  // The span over: its sample (if of probe_bytes) joins the estimate.
+  void CloseSpan(Link* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Closes the spans no flow can continue any more at now_us.
+  void CloseQuietSpans(uint64_t now_us) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddTraffic(const transport::FlowResult& r, double wire) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Spread(uint64_t from_us, uint64_t to_us, double bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   mutable absl::Mutex mu_;

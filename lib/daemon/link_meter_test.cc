@@ -1,6 +1,8 @@
 #include "lib/daemon/link_meter.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <vector>
 
 namespace hetps {
 namespace {
@@ -14,10 +16,30 @@ transport::FlowResult Flow(uint64_t bytes, uint32_t packets, uint64_t first_us, 
   return r;
 }
 
+// The one link's estimate (none yet: samples 0).
+LinkSample Only(LinkMeter& m) {
+  std::vector<LinkSample> all = m.All();
+  REQUIRE(all.size() <= 1);
+  return all.empty() ? LinkSample{} : all[0];
+}
+
+// Flows a second apart: each one a span of its own (times relative to its
+// start).
+struct Spaced {
+  uint64_t at = 0;
+  transport::FlowResult operator()(uint64_t bytes, uint32_t packets, uint64_t first_us,
+                                   uint64_t last_us) {
+    at += 1'000'000;
+    return Flow(bytes, packets, at + first_us, at + last_us);
+  }
+};
+
 TEST_CASE("a link's rate: bytes after the first packet over the time to the last", "[links]") {
   FakeClock clock(absl::FromUnixMillis(1'700'000'000'000));
   LinkMeter m({/*probe_bytes=*/100'000, /*probe_num=*/3, /*report_rate=*/0.1}, &clock);
+  clock.Advance(absl::Seconds(1000));  // every flow below is over
   const transport::Peer a{1, 1}, b{2, 2};
+  Spaced Flow;
   // 11 packets of 100 kB (and 108 bytes of headers each): 10 after the
   // first, in 80 ms.
   for (int i = 0; i < 2; ++i) m.OnFlow(a, Flow(1'100'000, 11, 1000, 81'000));
@@ -91,6 +113,9 @@ TEST_CASE("a link's rate leaves out a flow's first half, where a shaper's burst 
   r.received = 15;
   r.bytes = 15'000;
   r.last_us = 41'000;
+  r.first_us += 1'000'000;  // a flow of its own
+  r.mid_us += 1'000'000;
+  r.last_us += 1'000'000;
   m.OnFlow(a, r);
   CHECK(m.All()[0].bytes_per_s == Approx(5 * per_packet / 0.04));
 }
@@ -103,6 +128,7 @@ TEST_CASE("a link's estimate forgets samples older than the window", "[links]") 
   LinkMeter m({/*probe_bytes=*/100'000, /*probe_num=*/4, /*report_rate=*/0.1,
                /*window_us=*/2'000'000},
               &clock);
+  clock.Advance(absl::Seconds(1000));  // every flow below is over
   const transport::Peer a{1, 1};
   const double per_packet = 100'000 + kPacketOverheadBytes;
   // One flow a second, 10 packets after the first in 80 ms.
@@ -128,6 +154,188 @@ TEST_CASE("a link's estimate forgets samples older than the window", "[links]") 
   at += 60'000'000;
   m.OnFlow(a, Flow(1'100'000, 11, at, at + 160'000));
   CHECK(m.All()[0].bytes_per_s == Approx(fast / 2));
+}
+
+// A train of 64 KiB segments paced at twice a 10 Mbit/s link through a
+// 32 KiB bucket: the first segment after a pause passes at the sender's
+// pace, second half too (a bucket x pace / (pace - link) = 64 KiB), and
+// the rest at the link. The flows follow one another, so the train is
+// timed as one probe, counted once it is over.
+TEST_CASE("back-to-back flows are timed as one span, past a shaper's burst", "[links]") {
+  FakeClock clock;  // flows are timed from 10 s on its monotonic clock
+  const LinkMeterConfig config{/*probe_bytes=*/65'536, /*probe_num=*/4, /*report_rate=*/0.1,
+                               /*window_us=*/2'000'000};
+  LinkMeter m(config, &clock);
+  const transport::Peer a{1, 1};
+  const uint32_t packets = 47, payload = 1400;
+  const double wire = payload + kPacketOverheadBytes;
+  const double link = 1.25e6;                // bytes/s
+  const double slot_us = wire * 1e6 / link;  // a packet's time at the link
+  uint64_t at = 10'000'000;
+  auto segment = [&](double spacing_us) {
+    transport::FlowResult r = Flow(uint64_t(packets) * payload, packets, at, 0);
+    r.mid_us = at + uint64_t(23 * spacing_us);
+    r.last_us = at + uint64_t(46 * spacing_us);
+    at = r.last_us + uint64_t(slot_us);  // the next one follows at once
+    return r;
+  };
+  // Alone, the first segment reads twice the link.
+  LinkMeter alone(config);
+  alone.OnFlow(a, segment(slot_us / 2));
+  CHECK(Only(alone).bytes_per_s == Approx(2 * link).epsilon(0.02));
+  // Three rounds of a 3-segment train (a share of 12 chunks), 0.5 s apart.
+  for (int round = 0; round < 3; ++round) {
+    at += 500'000;
+    m.OnFlow(a, segment(slot_us / 2));          // at the sender's pace
+    CHECK(Only(m).samples == uint64_t(round));  // the span is open
+    m.OnFlow(a, segment(slot_us));
+    m.OnFlow(a, segment(slot_us));
+  }
+  CHECK(Only(m).samples == 2);
+  // Over once no flow can continue it any more.
+  clock.Advance(absl::Microseconds(at - clock.MonotonicMicros()));
+  CHECK(Only(m).samples == 2);
+  clock.Advance(absl::Milliseconds(200));
+  const LinkSample read = Only(m);
+  CHECK(read.samples == 3);
+  // Each span: 23 packets at the sender's pace and 94 at the link after
+  // the first segment's middle, 1.109x the link.
+  CHECK(read.bytes_per_s == Approx(link * 117 / (23 * 0.5 + 94)).epsilon(0.02));
+  CHECK(read.bytes_per_s < 1.12 * link);
+  CHECK(read.flow_bytes == 3 * packets * payload);
+  CHECK(m.TakeChanged().empty());  // 3 probes of 4: no estimate yet
+  at += 500'000;
+  m.OnFlow(a, segment(slot_us / 2));
+  m.OnFlow(a, segment(slot_us));
+  m.OnFlow(a, segment(slot_us));
+  clock.Advance(absl::Seconds(1));
+  auto changed = m.TakeChanged();
+  REQUIRE(changed.size() == 1);
+  CHECK(changed[0].bytes_per_s < 1.12 * link);
+}
+
+// A token-bucket shaper (tbf without a peak rate): each packet leaves
+// when the bucket holds its bytes, in order.
+struct Bucket {
+  double rate, burst, tokens, last_us = 0, free_us = 0;
+  Bucket(double rate_bytes_per_s, double burst_bytes)
+      : rate(rate_bytes_per_s), burst(burst_bytes), tokens(burst_bytes) {}
+  double Pass(double bytes, double at_us) {
+    const double t = std::max(at_us, free_us);
+    tokens = std::min(burst, tokens + (t - last_us) * rate / 1e6);
+    last_us = t;
+    double leave = t;
+    if (tokens < bytes) {
+      leave = t + (bytes - tokens) * 1e6 / rate;
+      tokens = 0;
+      last_us = leave;
+    } else {
+      tokens -= bytes;
+    }
+    free_us = leave;
+    return leave;
+  }
+};
+
+// The segments of a broadcast, each sent at 1.25x a 10 Mbit/s link as soon
+// as it is ready, one every 60 ms (the pushes it waits for come slower):
+// the bucket refills in each gap and the next segment passes partly at
+// the sender's pace, its second half too. Timed alone each reads above
+// the link; the span of them reads the link, less its idle share.
+TEST_CASE("a span takes flows after short gaps, and reads the link through a bucket", "[links]") {
+  const uint32_t packets = 47, payload = 1400;
+  const double wire = payload + kPacketOverheadBytes;
+  const double link = 1.25e6;  // bytes/s
+  Bucket tbf(link, 32768);
+  std::vector<transport::FlowResult> segments;
+  for (int k = 0; k < 12; ++k) {
+    const double sent_us = 1e6 + k * 60'000.0;
+    transport::FlowResult r = Flow(uint64_t(packets) * payload, packets, 0, 0);
+    for (uint32_t i = 0; i < packets; ++i) {
+      const uint64_t at = uint64_t(tbf.Pass(wire, sent_us + i * wire * 1e6 / (1.25 * link)));
+      if (i == 0) r.first_us = at;
+      if (i == 23) r.mid_us = at;
+      r.last_us = at;
+    }
+    segments.push_back(r);
+  }
+  const LinkMeterConfig config{/*probe_bytes=*/65'536, /*probe_num=*/4, /*report_rate=*/0.1};
+  const transport::Peer a{1, 1};
+  double alone_max = 0;
+  for (const transport::FlowResult& r : segments) {
+    LinkMeter alone(config);
+    alone.OnFlow(a, r);
+    alone_max = std::max(alone_max, Only(alone).bytes_per_s);
+  }
+  CHECK(alone_max > 1.15 * link);
+  LinkMeter m(config);
+  for (const transport::FlowResult& r : segments) m.OnFlow(a, r);
+  const LinkSample span = Only(m);
+  CHECK(span.samples == 2);  // 8 x 64 KiB, then the other 4
+  CHECK(span.bytes_per_s <= 1.02 * link);
+  CHECK(span.bytes_per_s >= 0.85 * link);
+}
+
+TEST_CASE("interleaved flows of one sender are one span at the link's rate", "[links]") {
+  const LinkMeterConfig config{/*probe_bytes=*/65'536, /*probe_num=*/1, /*report_rate=*/0.1};
+  const transport::Peer a{1, 1};
+  // Two 100-packet flows sent round robin over 200 packet slots of 1 ms:
+  // each alone reads half the link.
+  transport::FlowResult x = Flow(100 * 1000, 100, 0, 198'000);
+  x.mid_us = 98'000;  // its 50th packet, in slot 98
+  transport::FlowResult y = Flow(100 * 1000, 100, 1000, 199'000);
+  y.mid_us = 99'000;
+  const double wire = 1000 + kPacketOverheadBytes;
+  LinkMeter alone(config);
+  alone.OnFlow(a, x);
+  CHECK(Only(alone).bytes_per_s == Approx(50 * wire / 0.1));
+  LinkMeter m(config);
+  m.OnFlow(a, x);
+  m.OnFlow(a, y);
+  // From x's middle: x's last 50 and y's 50.5 that arrived after it, in
+  // 101 ms: the link's rate (1000 packets a second).
+  CHECK(Only(m).bytes_per_s == Approx(100.5 * wire / 0.101).epsilon(0.01));
+  CHECK(Only(m).samples == 1);
+}
+
+TEST_CASE("a span ends at a pause, and after kSpanProbes probes' bytes", "[links]") {
+  FakeClock clock;  // flows from 10 s on its monotonic clock: spans stay open
+  LinkMeter m({/*probe_bytes=*/10'000, /*probe_num=*/1, /*report_rate=*/0.1}, &clock);
+  const transport::Peer a{1, 1};
+  const double wire = 1000 + kPacketOverheadBytes;
+  uint64_t at = 10'000'000;
+  // 10-packet flows of 1000 bytes, back to back or after a gap.
+  auto flow = [&](uint64_t spacing_us, uint64_t gap_us) {
+    at += gap_us;
+    transport::FlowResult r = Flow(10'000, 10, at, at + 9 * spacing_us);
+    r.mid_us = at + 4 * spacing_us;
+    at = r.last_us + spacing_us;
+    return r;
+  };
+  for (uint64_t i = 0; i < LinkMeter::kSpanProbes; ++i) m.OnFlow(a, flow(1000, 0));
+  // Full: over at its last flow.
+  CHECK(Only(m).samples == 1);
+  CHECK(Only(m).bytes_per_s == Approx(75 * wire / 0.075));
+  // The next flow, still back to back but at half the rate, starts a new
+  // span, and one more joins it; the pause after them ends it.
+  m.OnFlow(a, flow(2000, 0));
+  m.OnFlow(a, flow(2000, 0));
+  CHECK(Only(m).samples == 1);
+  m.OnFlow(a, flow(1000, 20'000));
+  CHECK(Only(m).samples == 2);
+  CHECK(Only(m).bytes_per_s == Approx(15 * wire / 0.030));
+  // The next round's flow, after a gap within its flows' length, is
+  // timed anew.
+  m.OnFlow(a, flow(1000, 0));
+  transport::FlowResult next = flow(1000, 5000);
+  next.iteration = 1;
+  m.OnFlow(a, next);
+  CHECK(Only(m).samples == 3);
+  // A flow that ended before the open span's timing began adds nothing.
+  m.OnFlow(a, Flow(10'000, 10, at - 30'000, at - 20'000));
+  clock.Advance(absl::Microseconds(at + 100'000 - clock.MonotonicMicros()));
+  CHECK(Only(m).samples == 4);
+  CHECK(Only(m).bytes_per_s == Approx(5 * wire / 0.005));
 }
 
 TEST_CASE("link meter settings are checked", "[links]") {
