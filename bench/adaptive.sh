@@ -41,6 +41,8 @@
 #          [--segment_bytes 65536] (the jobs' segment_bytes; 0: one flow per psd)
 #          [--plan_lead N] (the jobs' plan_lead_rounds; default: the job default)
 #          [--probe_bytes N] (the jobs' probe_chunk_bytes; default: the job default)
+#          [--node_flag FLAG]... (one more flag for every psd and workerd, e.g.
+#          --data_egress_share=true)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -59,6 +61,7 @@ chunk_size=4096  # mlp: 58 chunks, fine enough for shares of 4 psds
 segment_bytes=65536  # 4 of these chunks: a psd's share pipelines
 plan_lead=""
 probe_bytes=""
+extra_node_flags=()
 out=out/adaptive
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -72,12 +75,13 @@ while [ $# -gt 0 ]; do
     --update_time_s) update_time_s=$2; shift 2 ;;
     --plan_lead) plan_lead=$2; shift 2 ;;
     --probe_bytes) probe_bytes=$2; shift 2 ;;
+    --node_flag) extra_node_flags+=("$2"); shift 2 ;;
     --period_s) period_s=$2; shift 2 ;;
     --changes) changes=$2; shift 2 ;;
     --segment_bytes) segment_bytes=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --trace) trace=1; shift ;;
-    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
     *) echo "adaptive: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -137,7 +141,8 @@ start_cluster() {  # start_cluster HOSTS WORKER_HOST0 (1: worker-0 on host 1, al
   local hosts=$1 alone=$2 i wh
   rm -rf "$out/schedd-state"
   start 0 schedd schedd --listen="$schedd_addr" --state_dir="$out/schedd-state"
-  local node_flags=(--scheduler="$schedd_addr" --data_packet_bytes=1400 "${trace_flags[@]}")
+  local node_flags=(--scheduler="$schedd_addr" --data_packet_bytes=1400 "${trace_flags[@]}"
+    "${extra_node_flags[@]}")
   for i in $(seq 0 $((hosts - 1))); do
     wh=$i
     [ "$alone" -eq 1 ] && wh=1

@@ -34,6 +34,9 @@ void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* c) {
               "Receive state all peers together can make this node hold (at least "
               "data_recv_peer_bytes_max); past it datagrams are dropped as over_budget.",
               1 << 20, int64_t(1) << 40);
+  schema->Bool("data_egress_share", &c->data_egress_share,
+               "Cap each peer's flows at the max-min share of this node's measured egress, as "
+               "receivers do with their ingress (docs/ltp.md, \"Fair share\").");
   schema->Int("data_peer_forget_ms", &c->data_peer_forget_ms,
               "Forget a peer's path estimates, link state and metric series after this long "
               "without a flow to or from it.",
@@ -80,6 +83,7 @@ absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
   ec.recv_peer_bytes_max = uint64_t(c.data_recv_peer_bytes_max);
   ec.recv_bytes_max = uint64_t(c.data_recv_bytes_max);
   ec.peer_forget_ms = uint32_t(c.data_peer_forget_ms);
+  ec.congestion.egress_share = c.data_egress_share;
   if (ec.recv_bytes_max < ec.recv_peer_bytes_max) {
     return absl::InvalidArgumentError(absl::StrCat("data_recv_bytes_max (", c.data_recv_bytes_max,
                                                    ") is below data_recv_peer_bytes_max (",

@@ -131,12 +131,14 @@ struct CongestionConfig {
   uint32_t unpaced_rtprop_us = 500;
   // Fair share over the sender's own egress (the endpoint's SetRateCaps):
   // each peer's flows capped at the max-min share of the egress rate the
-  // endpoint measured; false: only the receivers' advertised shares. Off
-  // by default: a host whose link carries pushes out and pulls in at once
-  // delays its own ACKs behind the other direction's data, its flows
-  // deliver less than the link, the egress rate is measured from that,
-  // and the shares hold them there (docs/ltp.md, "Fair share").
-  bool egress_share = false;
+  // endpoint measured; false: only the receivers' advertised shares.
+  // Without it a psd's broadcast flows to many workers overrun its own
+  // uplink and end unevenly (the last pull of an incast round trails by
+  // seconds). A host whose link carries pushes out and pulls in at once
+  // delivers less than the link and measures its egress from that; the
+  // cap lift (above) raises a share that holds a flow below a path with
+  // room (docs/ltp.md, "Fair share").
+  bool egress_share = true;
 };
 
 // Per-packet bookkeeping the controller needs back on ACK.
