@@ -33,7 +33,7 @@ struct DataPlaneConfig {
   int64_t data_recv_peer_bytes_max = 64ll << 20;
   int64_t data_recv_bytes_max = 256ll << 20;
   int64_t data_peer_forget_ms = 60'000;  // EndpointConfig::peer_forget_ms
-  bool data_egress_share = true;          // CongestionConfig::egress_share
+  bool data_egress_share = true;         // CongestionConfig::egress_share
   // Round traces (docs/tracing.md): one JSON-lines file per job in this
   // directory; empty: none.
   std::string trace_dir;

@@ -33,6 +33,50 @@ void LinkMeter::SetConfig(const LinkMeterConfig& config) {
   config_ = config;
 }
 
+namespace {
+
+// A flow's wire bytes as arrived: where it says when half of it was in,
+// each half evenly over its own time (a flow slowed by others for a while
+// is not spread into the moments they left it the link); otherwise evenly
+// from its first to its last arrival.
+struct Piece {
+  uint64_t from_us = 0, to_us = 0;
+  double bytes = 0;
+};
+struct Arrivals {
+  Piece piece[2];
+  int pieces = 1;
+};
+Arrivals ArrivalsOf(const transport::FlowResult& r, double wire) {
+  Arrivals a;
+  const uint32_t half = (r.total_packets + 1) / 2;
+  if (r.mid_us > r.first_us && r.mid_us < r.last_us && r.received > half) {
+    const double head = wire * half / r.received;
+    a.piece[0] = {r.first_us, r.mid_us, head};
+    a.piece[1] = {r.mid_us, r.last_us, wire - head};
+    a.pieces = 2;
+  } else {
+    a.piece[0] = {r.first_us, r.last_us, wire};
+  }
+  return a;
+}
+
+// The bytes that arrived at or after `from_us`.
+double BytesSince(const Arrivals& a, uint64_t from_us) {
+  double bytes = 0;
+  for (int i = 0; i < a.pieces; ++i) {
+    const Piece& p = a.piece[i];
+    if (p.from_us >= from_us) {
+      bytes += p.bytes;
+    } else if (p.to_us > from_us) {
+      bytes += p.bytes * double(p.to_us - from_us) / double(p.to_us - p.from_us);
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
 // Evenly over [from_us, to_us], within the bins kept.
 void LinkMeter::Spread(uint64_t from_us, uint64_t to_us, double bytes) {
   const uint64_t begin = traffic_end_ - kTrafficBins;  // the oldest bin kept
@@ -64,34 +108,9 @@ void LinkMeter::AddTraffic(const transport::FlowResult& r, double wire) {
     }
     traffic_end_ = last + 1;
   }
-  // Where the flow says when half of it was in, each half over its own
-  // time: a flow slowed by others for a while is not spread into the
-  // moments they left it the link.
-  const uint32_t half = (r.total_packets + 1) / 2;
-  if (r.mid_us > r.first_us && r.mid_us < r.last_us && r.received > half) {
-    const double head = wire * half / r.received;
-    Spread(r.first_us, r.mid_us, head);
-    Spread(r.mid_us, r.last_us, wire - head);
-  } else {
-    Spread(r.first_us, r.last_us, wire);
-  }
+  const Arrivals a = ArrivalsOf(r, wire);
+  for (int i = 0; i < a.pieces; ++i) Spread(a.piece[i].from_us, a.piece[i].to_us, a.piece[i].bytes);
   traffic_new_ = true;
-}
-
-// The bytes of a flow that arrived at or after `from_us`, each half of it
-// taken as spread evenly over its own time.
-static double BytesSince(const transport::FlowResult& r, double wire, uint64_t from_us) {
-  if (r.first_us >= from_us) return wire;
-  if (r.last_us <= from_us) return 0;
-  const uint32_t half = (r.total_packets + 1) / 2;
-  if (r.mid_us > r.first_us && r.mid_us < r.last_us && r.received > half) {
-    const double head = wire * half / r.received;
-    if (r.mid_us >= from_us) {
-      return head * double(r.mid_us - from_us) / double(r.mid_us - r.first_us) + (wire - head);
-    }
-    return (wire - head) * double(r.last_us - from_us) / double(r.last_us - r.mid_us);
-  }
-  return wire * double(r.last_us - from_us) / double(r.last_us - r.first_us);
 }
 
 void LinkMeter::OnFlow(const transport::Peer& from, const transport::FlowResult& r) {
@@ -109,7 +128,7 @@ void LinkMeter::OnFlow(const transport::Peer& from, const transport::FlowResult&
       (r.first_us <= sp.last_us ||
        (r.iteration == sp.iteration && r.first_us <= sp.last_us + SpanGapUs(sp, per_packet)))) {
     if (r.last_us <= sp.start_us) return;  // over before the span's timing began
-    sp.bytes_after += BytesSince(r, wire, sp.start_us);
+    sp.bytes_after += BytesSince(ArrivalsOf(r, wire), sp.start_us);
     sp.payload += r.bytes;
     sp.last_us = std::max(sp.last_us, r.last_us);
     sp.longest_us = std::max(sp.longest_us, r.last_us - r.first_us);
@@ -120,15 +139,15 @@ void LinkMeter::OnFlow(const transport::Peer& from, const transport::FlowResult&
   CloseSpan(&l);
   // A new span: its first flow needs a dispersion of its own.
   if (r.received < 2 || r.last_us == r.first_us) return;
-  const uint32_t half = (r.total_packets + 1) / 2;
   sp.open = true;
-  if (r.mid_us > r.first_us && r.last_us > r.mid_us && r.received > half) {
+  const Arrivals a = ArrivalsOf(r, wire);
+  if (a.pieces == 2) {
     // The second half: the packets after the one that made half, over
     // the time from it to the last. A token-bucket shaper passes its
     // burst allowance at line rate when a flow starts after a pause, and
     // the flow's first bytes then read far above the link's rate.
-    sp.start_us = r.mid_us;
-    sp.bytes_after = per_packet * double(r.received - half);
+    sp.start_us = a.piece[1].from_us;
+    sp.bytes_after = a.piece[1].bytes;
   } else {
     // The first packet marks the start: the bytes after it.
     sp.start_us = r.first_us;
