@@ -7,7 +7,9 @@
 // forward, backward and step on the same models for comparison.
 //
 //   bazel run --config=opt //bench:model_bench -- [--iterations 200]
-//       [--backend cpu|cuda|auto]
+//       [--backend cpu|cuda|auto] [--pageable]
+// --pageable leaves the host buffers pageable (the trainer page-locks
+// them: Backend::PinHost), to see what that is worth.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,13 +28,17 @@
 int main(int argc, char** argv) {
   int iterations = 200;
   std::string backend_name = "cpu";
+  bool pin = true;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
       iterations = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
       backend_name = argv[++i];
+    } else if (std::strcmp(argv[i], "--pageable") == 0) {
+      pin = false;
     } else {
-      std::fprintf(stderr, "usage: model_bench [--iterations N] [--backend cpu|cuda|auto]\n");
+      std::fprintf(stderr,
+                   "usage: model_bench [--iterations N] [--backend cpu|cuda|auto] [--pageable]\n");
       return 2;
     }
   }
@@ -67,6 +73,12 @@ int main(int argc, char** argv) {
     }
     std::vector<float> params = (*model)->InitialParameters(1);
     std::vector<float> grad(params.size());
+    // As the trainer does (BspWorker): its buffers are page-locked.
+    hetps::train::HostPin pin_params, pin_grad;
+    if (pin) {
+      pin_params = {backend.get(), params.data(), params.size() * sizeof(float)};
+      pin_grad = {backend.get(), grad.data(), grad.size() * sizeof(float)};
+    }
     const int n = name == "mlp-wide" ? std::max(1, iterations / 8) : iterations;
     double best = 1e30;
     for (int rep = 0; rep < 3; ++rep) {

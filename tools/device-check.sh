@@ -53,6 +53,8 @@ for b in cpu cuda; do
   step "model_bench-$b" .device/bin/model_bench --backend "$b"
   step "torch-$b" python3 bench/ddp_fashion.py --compute-only --device "$b"
 done
+# What page-locking the trainer's buffers (Backend::PinHost) is worth.
+step model_bench-cuda-pageable .device/bin/model_bench --backend cuda --pageable
 for f in "$out"/model_bench-*.log "$out"/torch-*.log; do echo "== $(basename "$f")"; cat "$f"; done
 
 # The default job (deploy/jobs/mlp.yaml) and lenet5 for one epoch, each with

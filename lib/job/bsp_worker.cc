@@ -62,6 +62,11 @@ absl::StatusOr<std::unique_ptr<BspWorker>> BspWorker::Create(const BspWorkerConf
   {
     absl::MutexLock lock(&w->mu_);
     w->incoming_ = w->params_;
+    // Every round copies params_ up and grad_ down; the pull's swap makes
+    // incoming_ the next params_. None of the three is resized again.
+    for (std::vector<float>* v : {&w->params_, &w->incoming_, &w->grad_}) {
+      w->pins_.emplace_back(backend, v->data(), v->size() * sizeof(float));
+    }
   }
   w->SetServers(config.servers);
   if (shared != nullptr) {

@@ -192,6 +192,9 @@ class BspWorker : public transport::Receiver {
   // This iteration's pushes, for Stop to cancel (a push to a server that
   // is gone would otherwise hold Run for up to the round deadline).
   std::vector<std::shared_ptr<transport::SendHandle>> in_flight_ ABSL_GUARDED_BY(mu_);
+  // params_, incoming_ and grad_ page-locked for the backend's copies (a
+  // GPU's): last, so released before the buffers go.
+  std::vector<train::HostPin> pins_;
 };
 
 }  // namespace hetps

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -61,6 +62,14 @@ class Backend {
   // Blocks until the copy is done; returns the sticky error, if any.
   virtual absl::Status CopyToHost(float* host, const float* src, size_t floats) = 0;
   virtual void Fill(float* p, size_t floats, float value) = 0;
+  // Page-locks [p, p + bytes) of host memory so that copies to and from it
+  // go straight to the device (CUDA: cudaHostRegister; from pageable
+  // memory the driver copies through a staging buffer of its own, which
+  // took most of a large model's step). False where that is not done (the
+  // CPU backend, or the driver refused): copies still work, only slower.
+  // Use through HostPin.
+  virtual bool PinHost(void* p, size_t bytes) { return false; }
+  virtual void UnpinHost(void* p) {}
   // Waits for queued work; returns the sticky error, if any.
   virtual absl::Status Sync() = 0;
 
@@ -104,6 +113,36 @@ class Backend {
   // Labels outside [0, classes) are an internal error (validated at load).
   virtual void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int batch,
                                    int classes, float scale, float* row_loss, float* dlogits) = 0;
+};
+
+// Keeps host memory page-locked for a backend's copies while it lives
+// (Backend::PinHost). The memory must neither move nor be freed before
+// it, and the backend must outlive it.
+class HostPin {
+ public:
+  HostPin() = default;
+  HostPin(Backend* backend, void* p, size_t bytes)
+      : backend_(backend), p_(backend->PinHost(p, bytes) ? p : nullptr) {}
+  HostPin(HostPin&& o) noexcept : backend_(o.backend_), p_(std::exchange(o.p_, nullptr)) {}
+  HostPin& operator=(HostPin&& o) noexcept {
+    if (this != &o) {
+      Release();
+      backend_ = o.backend_;
+      p_ = std::exchange(o.p_, nullptr);
+    }
+    return *this;
+  }
+  HostPin(const HostPin&) = delete;
+  HostPin& operator=(const HostPin&) = delete;
+  ~HostPin() { Release(); }
+  bool pinned() const { return p_ != nullptr; }
+
+ private:
+  void Release() {
+    if (p_ != nullptr) backend_->UnpinHost(std::exchange(p_, nullptr));
+  }
+  Backend* backend_ = nullptr;
+  void* p_ = nullptr;
 };
 
 enum class BackendKind { kAuto, kCpu, kCuda };

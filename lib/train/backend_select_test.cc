@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <vector>
 
 #include "lib/gpu/gpu_probe.h"
 #include "lib/train/backend.h"
@@ -45,6 +46,15 @@ TEST_CASE("cpu gemm honours transposes and strides", "[backend]") {
   float d[9];
   b->Gemm(true, false, 3, 3, 2, 1.f, a, 3, a, 3, 0.f, d, 3);
   CHECK(std::vector<float>(d, d + 3) == std::vector<float>{17, 22, 27});
+}
+
+TEST_CASE("the cpu backend pins nothing: its buffers are host memory already", "[backend]") {
+  auto b = NewCpuBackend();
+  std::vector<float> v(16, 1.f);
+  HostPin pin(b.get(), v.data(), v.size() * sizeof(float));
+  CHECK(!pin.pinned());
+  HostPin moved = std::move(pin);
+  CHECK(!moved.pinned());
 }
 
 }  // namespace

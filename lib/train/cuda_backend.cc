@@ -138,6 +138,21 @@ class CudaBackend final : public Backend {
          "copy to host");
     return Sync();
   }
+  bool PinHost(void* p, size_t bytes) override {
+    if (p == nullptr || bytes == 0) return false;
+    // A refusal is not the backend's error: keep any earlier one sticky,
+    // then clear the runtime's last error, which Sync() would report.
+    Note(cudaPeekAtLastError(), "kernel launch");
+    if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return true;
+  }
+  void UnpinHost(void* p) override {
+    Note(cudaPeekAtLastError(), "kernel launch");
+    if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
+  }
   void Fill(float* p, size_t floats, float value) override {
     cuda::Fill(p, floats, value, stream_);
   }

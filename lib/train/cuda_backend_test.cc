@@ -69,6 +69,37 @@ TEST_CASE("device is reported", "[cuda]") {
   CHECK(Cuda()->name() == "cuda:0");
 }
 
+TEST_CASE("pinned host buffers copy both ways and unpin", "[cuda]") {
+  auto gpu = Cuda();
+  const std::vector<float> data = Random(1 << 20, 7);
+  std::vector<float> up = data, down(data.size(), 0.f);
+  float* dev = *gpu->Alloc(data.size());
+  {
+    HostPin a(gpu.get(), up.data(), up.size() * sizeof(float));
+    HostPin b(gpu.get(), down.data(), down.size() * sizeof(float));
+    CHECK(a.pinned());
+    CHECK(b.pinned());
+    // Pinning the same memory twice is refused, and is not an error of
+    // the backend's work.
+    HostPin again(gpu.get(), up.data(), up.size() * sizeof(float));
+    CHECK(!again.pinned());
+    HostPin moved = std::move(b);
+    CHECK(moved.pinned());
+    CHECK(!b.pinned());
+    gpu->CopyToDevice(dev, up.data(), up.size());
+    REQUIRE(gpu->CopyToHost(down.data(), dev, down.size()).ok());
+    CHECK(down == data);
+  }
+  // Unpinned again: the same memory pins afresh, and pageable copies work.
+  HostPin c(gpu.get(), up.data(), up.size() * sizeof(float));
+  CHECK(c.pinned());
+  std::vector<float> pageable(data.size(), 0.f);
+  REQUIRE(gpu->CopyToHost(pageable.data(), dev, pageable.size()).ok());
+  CHECK(pageable == data);
+  CHECK(gpu->Sync().ok());
+  gpu->Free(dev);
+}
+
 TEST_CASE("cuda primitives match cpu", "[cuda]") {
   Pair p;
   SECTION("gemm, all transposes") {
