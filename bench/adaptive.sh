@@ -25,7 +25,12 @@
 # (the median of the period's second half), and how long after the change
 # the rounds settled (the first of 3 rounds in a row within 10% of it;
 # "stays in": the first round from which every median of 5 rounds is),
-# against the goal of 2 update periods + 1 settled round; and what the
+# against the goal of 2 update periods + 1 settled round. A change counts
+# as recovered ("met") when the rounds settled within the goal and the
+# settled time is within 10% of the best change's (each change permutes
+# the same rates, so a slower settled time is a map that did not
+# recover). Steady rounds vary by 10-20% one to the next (printed), so
+# "stays in" is late whenever a few slow rounds come together. Also what the
 # switches cost (a plan's first round and the round before it, and how
 # long the moved chunks held the first round's broadcast). The plans
 # schedd issued, with the host readings each was made from:
@@ -36,7 +41,8 @@
 # usage: bench/adaptive.sh [--part awareness|load|permute|all] [--rates "100 50 25 10"]
 #          [--probe_rates "100 50 25 10"] [--delay_ms 10] [--iterations 60]
 #          [--model mlp] [--policies "average elastic adlb-alg1 adlb"]
-#          [--update_time_s 2] [--period_s 60] [--changes 4] [--out DIR]
+#          [--update_time_s S] (default 2; part 3: 5) [--period_s 60]
+#          [--changes 4] [--out DIR]
 #          [--trace] (part 2: round traces of every node in DIR/trace)
 #          [--segment_bytes 65536] (the jobs' segment_bytes; 0: one flow per psd)
 #          [--plan_lead N] (the jobs' plan_lead_rounds; default: the job default)
@@ -53,7 +59,7 @@ delay_ms=10
 iterations=60
 model=mlp
 policies="average elastic adlb-alg1 adlb"
-update_time_s=2
+update_time_s=""
 period_s=60
 changes=4
 trace=0
@@ -81,11 +87,18 @@ while [ $# -gt 0 ]; do
     --segment_bytes) segment_bytes=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --trace) trace=1; shift ;;
-    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
     *) echo "adaptive: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "adaptive: needs root (network namespaces)" >&2; exit 1; }
+# Parts 1 and 2 decide every 2 s. The permutation decides every 5 s
+# (NetStorm's tuned UPDATE_TIME): a plan takes a few rounds to take over
+# (the round in progress, plan_lead_rounds, the switch round), so with
+# rounds of 1-2 s a 2 s period cannot hold the recovery it is the goal's
+# unit for.
+permute_update_s=${update_time_s:-5}
+update_time_s=${update_time_s:-2}
 
 bash tools/bootstrap.sh >/dev/null
 bazel build --config=opt //daemons/schedd //daemons/psd //daemons/workerd //clients/psctl \
@@ -312,7 +325,8 @@ fi
 if [ "$part" = permute ]; then
   read -r -a r <<<"$rates"
   hosts=${#r[@]}
-  echo "adaptive: part 3, permutation: $hosts hosts at ${rates} Mbit/s moving one host along every ${period_s} s, $changes changes, RTT $((2 * delay_ms)) ms, $model, adlb"
+  update_time_s=$permute_update_s
+  echo "adaptive: part 3, permutation: $hosts hosts at ${rates} Mbit/s moving one host along every ${period_s} s, $changes changes, RTT $((2 * delay_ms)) ms, $model, adlb, update_time_s $update_time_s"
   rm -rf "$out/trace"
   mkdir -p "$out/trace"
   trace_flags=(--trace_dir="$out/trace")
@@ -388,18 +402,19 @@ for line in open(changes_file):
     t, *rates = line.split()
     changes.append((int(t), " ".join(rates)))
 edges = [c[0] for c in changes] + [end_us]
-print("%-22s %-12s %-12s %-10s %-10s %-10s %-8s %s" % ("change", "before s/it", "settled s/it",
-      "settled in", "stays in", "goal", "met", "plan versions after"))
+rows = []
 worst = worst_stay = 0.0
+spread = []
 for k, (t, rates) in enumerate(changes):
     before = [d for s, d, _ in dur if edges[k] - 20e6 <= s < t] if k == 0 else \
              [d for s, d, _ in dur if (t + edges[k - 1]) / 2 <= s < t]
     window = [(s, d, p) for s, d, p in dur if t <= s < edges[k + 1]]
     half = [d for s, d, _ in window if s >= (t + edges[k + 1]) / 2]
     if not window or not half:
-        print("%-22s no rounds" % rates)
+        rows.append((rates, None))
         continue
     settled = statistics.median(half)
+    spread.extend(d / settled for d in half)
     took = None
     for i in range(len(window) - 2):
         if all(window[j][1] <= 1.1 * settled for j in range(i, i + 3)):
@@ -420,14 +435,35 @@ for k, (t, rates) in enumerate(changes):
                 break
     goal = 2 * update_s + settled
     versions = sorted({p for _, _, p in window})
-    ok = took is not None and took <= goal
     worst = max(worst, took if took is not None else float("inf"))
     worst_stay = max(worst_stay, stay if stay is not None else float("inf"))
-    print("%-22s %-12.3f %-12.3f %-10s %-10s %-10s %-8s %s" % (
+    rows.append((rates, (before, settled, took, stay, goal, versions)))
+# Every change permutes the same rates, so the best map runs about as
+# fast after each: a period that settled more than 10% slower than the
+# best one settled on a map that did not recover.
+best = min(r[1][1] for r in rows if r[1] is not None)
+print("%-22s %-12s %-12s %-9s %-10s %-10s %-10s %-8s %s" % (
+    "change", "before s/it", "settled s/it", "vs best", "settled in", "stays in", "goal", "met",
+    "plan versions after"))
+met = 0
+for rates, r in rows:
+    if r is None:
+        print("%-22s no rounds" % rates)
+        continue
+    before, settled, took, stay, goal, versions = r
+    ok = took is not None and took <= goal and settled <= 1.1 * best
+    met += ok
+    print("%-22s %-12.3f %-12.3f %-9s %-10s %-10s %-10s %-8s %s" % (
         rates, statistics.median(before) if before else float("nan"), settled,
-        "%.1f s" % took if took is not None else "never",
+        "%.2fx" % (settled / best), "%.1f s" % took if took is not None else "never",
         "%.1f s" % stay if stay is not None else "never", "%.1f s" % goal,
         "yes" if ok else "no", ",".join(str(v) for v in versions)))
+print("adaptive: recovered within 2 update periods + 1 round (3 rounds in a row within 10%% of "
+      "a settled time within 10%% of the best): %d of %d changes" % (met, len(rows)))
+if spread:
+    q = statistics.quantiles(spread, n=10)
+    print("adaptive: settled rounds vary from %.2f to %.2f of their median (10th to 90th "
+          "percentile)" % (q[0], q[-1]))
 print("adaptive: slowest to settle: %.1f s after a change (to stay: %.1f s)" % (worst, worst_stay))
 # What a switch costs: a plan's first round (its chunks move) and the
 # round before it, against the median round.

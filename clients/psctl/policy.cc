@@ -86,6 +86,8 @@ int LinksCommand(const Connection& c, std::ostream& out, std::ostream& err) {
       w.Key("bytes_observed").Uint(l.bytes_observed());
       w.Key("flow_bytes").Uint(l.flow_bytes());
       w.Key("age_ms").Int(resp.now_unix_ms() - l.measured_unix_ms());
+      w.Key("probed_ms_ago")
+          .Int(resp.now_unix_ms() - l.measured_unix_ms() + int64_t(l.sample_age_ms()));
       w.EndObject();
     }
     w.EndArray().EndObject();
@@ -96,11 +98,12 @@ int LinksCommand(const Connection& c, std::ostream& out, std::ostream& err) {
     out << "no links measured yet (jobs with an adaptive load_policy report them)\n";
     return kOk;
   }
-  std::vector<std::vector<std::string>> rows = {{"FROM", "TO", "RATE", "RTT", "AGE"}};
+  std::vector<std::vector<std::string>> rows = {{"FROM", "TO", "RATE", "RTT", "AGE", "PROBED"}};
   for (const v1::LinkReport& l : resp.links()) {
     rows.push_back({l.from_node_id(), l.to_node_id(), Rate(l.throughput_bytes_per_second()),
                     l.rtt_ms() > 0 ? absl::StrFormat("%.2f ms", l.rtt_ms()) : "-",
-                    Age(l.measured_unix_ms(), now)});
+                    Age(l.measured_unix_ms(), now),
+                    Age(l.measured_unix_ms() - int64_t(l.sample_age_ms()), now)});
   }
   out << Table(rows);
   return kOk;

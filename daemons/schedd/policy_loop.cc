@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "lib/policy/adlb.h"
@@ -24,7 +25,7 @@ absl::Status LinkTable::Record(const std::string& reporter, const v1::LinkReport
   const double rate = link.throughput_bytes_per_second();
   if (!std::isfinite(rate) || rate <= 0 || rate > 1e13 || !std::isfinite(link.rtt_ms()) ||
       link.rtt_ms() < 0 || !std::isfinite(link.loss_fraction()) || link.loss_fraction() < 0 ||
-      link.loss_fraction() > 1) {
+      link.loss_fraction() > 1 || link.sample_age_ms() > uint64_t(kSampleAgeMaxMs)) {
     return absl::InvalidArgumentError(
         absl::StrCat("link ", link.from_node_id(), " -> ", reporter, ": a value out of range"));
   }
@@ -256,6 +257,8 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
     job_id_ = job.job_id;
     servers_ = job.servers;
     epoch_ = job.recovery_epoch;
+    began_ms_ = now_ms;
+    moved_at_ms_.clear();
     work_seen_ = job.work;
     current_ = v1::Policy();
     current_.set_version(1);
@@ -285,23 +288,36 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
       }
     }
     next_ms_ = now_ms + job.update_time_ms;
+    next_look_ms_ = now_ms + std::min(kLookMs, job.update_time_ms);
     last_decision_ = "waiting for the first update period";
     return std::nullopt;
   }
-  if (now_ms < next_ms_) return std::nullopt;
-  next_ms_ = now_ms + job.update_time_ms;
+  if (now_ms < next_look_ms_) return std::nullopt;
+  next_look_ms_ = now_ms + std::min(kLookMs, job.update_time_ms);
+  // The batches are decided once a period, from the speeds over it; the
+  // map whenever its readings allow (DecideLoad).
+  const bool period = now_ms >= next_ms_;
+  if (period) next_ms_ = now_ms + job.update_time_ms;
   v1::Policy next = current_;
   std::string load_why, batch_why;
   last_rates_.clear();
   const bool load =
       job.load_policy != "average" && DecideLoad(job, links, now_ms, &next, &load_why);
-  const bool batches = job.batch_policy == "wlbs" && DecideBatches(job, &next, &batch_why);
+  const bool batches =
+      period && job.batch_policy == "wlbs" && DecideBatches(job, &next, &batch_why);
+  if (!period && !load) {
+    // Between periods only a new map is news; the period's decision says
+    // the rest.
+    if (!load_why.empty()) last_decision_ = load_why;
+    return std::nullopt;
+  }
   last_decision_ = load_why.empty() || batch_why.empty() ? load_why + batch_why
                                                          : absl::StrCat(load_why, "; ", batch_why);
   if (!load && !batches) {
     Record(now_ms);
     return std::nullopt;
   }
+  next_ms_ = now_ms + job.update_time_ms;
   if (!load) next.set_changed_fraction(0);
   next.set_version(current_.version() + 1);
   next.set_job_id(job.job_id);
@@ -400,33 +416,51 @@ bool PolicyLoop::DecideBatches(const PolicyJob& job, v1::Policy* next, std::stri
 }
 
 absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTable& links,
-                                              int64_t now_ms, int64_t since_ms) {
+                                              int64_t now_ms, int64_t since_ms,
+                                              const std::vector<int64_t>* server_chunks) {
   const size_t servers = job.servers.size();
   // Each psd's host: the largest of two lower bounds on what its access
   // link carries, both from training traffic.
-  // - Any one link into or out of a node there (reported in the last
-  //   three periods): a flow's packets leave the bottleneck no closer
-  //   than the link's rate. A fast host is fed at its senders' rates,
-  //   and one flow that ran alone shows it best.
-  // - The most its nodes received together in a short window of the
-  //   last period (LinkTable::PeakRate): flows that shared the host's
-  //   link at one moment, counted together; what a saturated host
-  //   carries, where each of its links shows only its share.
+  // - Any one link into or out of a node there: a flow's packets leave
+  //   the bottleneck no closer than the link's rate. A fast host is fed
+  //   at its senders' rates, and one flow that ran alone shows it best.
+  // - The most its nodes received together in a short window
+  //   (LinkTable::PeakRate): flows that shared the host's link at one
+  //   moment, counted together; what a saturated host carries, where
+  //   each of its links shows only its share.
   // Adding link rates up instead (the rates into one node) adds maxima
   // of different moments, which is no bound at all: it reads a saturated
   // host above its link.
-  const int64_t fresh_ms = std::max(now_ms - 3 * job.update_time_ms, since_ms);
+  // Both over the job's measurement window, by when the bytes were
+  // received: a link's estimate is the largest of its recent probes, so
+  // a report may carry a rate probed a while before it, and a rate of
+  // before a drop must not outlive the window it was measured in.
+  // A host that aggregates nothing under the map in force is read over
+  // kIdlePeriods update periods instead: only its worker's flows cross
+  // its link, fed at what the psds with chunks can send it, so what it
+  // shows is below what it could carry and swings with who feeds it; its
+  // drops cost nothing until a map gives it chunks, and then show within
+  // a window.
+  std::set<std::string> loaded;
+  const bool known = server_chunks != nullptr && server_chunks->size() == servers;
+  for (size_t s = 0; s < servers; ++s) {
+    if (!known || (*server_chunks)[s] > 0) loaded.insert(job.HostOf(job.servers[s]));
+  }
+  auto fresh = [&](const std::string& host) {
+    const int64_t back =
+        loaded.count(host) > 0 ? job.window_ms() : kIdlePeriods * job.update_time_ms;
+    return std::max(now_ms - back, since_ms);
+  };
   std::map<std::string, double> best;  // by host
   for (const v1::LinkReport& l : links.All()) {
     const std::string from = job.HostOf(l.from_node_id()), to = job.HostOf(l.to_node_id());
     // A link within a host never crosses its access link.
-    if (l.measured_unix_ms() < fresh_ms || from == to) continue;
+    if (from == to) continue;
+    const int64_t probed_ms = l.measured_unix_ms() - int64_t(l.sample_age_ms());
     for (const std::string* h : {&from, &to}) {
-      best[*h] = std::max(best[*h], l.throughput_bytes_per_second());
+      if (probed_ms >= fresh(*h)) best[*h] = std::max(best[*h], l.throughput_bytes_per_second());
     }
   }
-  const int64_t from_ms =
-      std::max(now_ms - std::max(job.update_time_ms, 2 * LinkTable::kHostWindowMs), since_ms);
   std::vector<double> rate(servers, 0.0);
   for (size_t s = 0; s < servers; ++s) {
     const std::string h = job.HostOf(job.servers[s]);
@@ -435,14 +469,72 @@ absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTa
       if (of == h) nodes.push_back(node);
     }
     if (nodes.empty()) nodes.push_back(job.servers[s]);
+    const int64_t from_ms =
+        std::min(fresh(h), std::max(now_ms - 2 * LinkTable::kHostWindowMs, since_ms));
     rate[s] = std::max(best[h], links.PeakRate(nodes, from_ms, now_ms));
     if (rate[s] <= 0) {
       return absl::UnavailableError(absl::StrCat("no link of ", job.servers[s],
                                                  "'s host measured in the last ",
-                                                 3 * job.update_time_ms / 1000, " s"));
+                                                 (now_ms - fresh(h)) / 1000.0, " s"));
     }
   }
   return rate;
+}
+
+std::vector<size_t> LiftFedHosts(const PolicyJob& job, const std::vector<int64_t>& chunks,
+                                 const LinkTable& links, int64_t from_ms,
+                                 std::vector<double>* rate) {
+  const size_t servers = job.servers.size();
+  std::vector<size_t> lifted;
+  if (chunks.size() != servers || rate->size() != servers) return lifted;
+  std::set<std::string> loaded;  // hosts whose psds hold chunks
+  std::set<std::string> psds;    // their psds
+  double fastest = 0;
+  for (size_t s = 0; s < servers; ++s) {
+    fastest = std::max(fastest, (*rate)[s]);
+    if (chunks[s] > 0) {
+      loaded.insert(job.HostOf(job.servers[s]));
+      psds.insert(job.servers[s]);
+    }
+  }
+  // Each psd with chunks: its fastest link probed since from_ms into each
+  // other host.
+  std::map<std::pair<std::string, std::string>, double> feed;  // (psd, host)
+  for (const v1::LinkReport& l : links.All()) {
+    if (psds.count(l.from_node_id()) == 0) continue;
+    if (l.measured_unix_ms() - int64_t(l.sample_age_ms()) < from_ms) continue;
+    const std::string to = job.HostOf(l.to_node_id());
+    if (to == job.HostOf(l.from_node_id())) continue;
+    double& f = feed[{l.from_node_id(), to}];
+    f = std::max(f, l.throughput_bytes_per_second());
+  }
+  for (size_t s = 0; s < servers; ++s) {
+    const std::string h = job.HostOf(job.servers[s]);
+    if (loaded.count(h) > 0 || (*rate)[s] >= fastest) continue;
+    // Held by its feeders when every psd that fed it sent it about as
+    // fast as it sent any other host; its own link, when some psd sent
+    // it clearly slower than it sent another.
+    int compared = 0;
+    bool held = true;
+    for (const std::string& p : psds) {
+      auto into = feed.find({p, h});
+      if (into == feed.end()) continue;
+      double others = 0;
+      for (const std::string& other : loaded) {
+        if (other == h || other == job.HostOf(p)) continue;
+        auto it = feed.find({p, other});
+        if (it != feed.end()) others = std::max(others, it->second);
+      }
+      if (others <= 0) continue;
+      ++compared;
+      held = held && into->second >= (1 - job.update_rate) * others;
+    }
+    if (compared > 0 && held) {
+      (*rate)[s] = fastest;
+      lifted.push_back(s);
+    }
+  }
+  return lifted;
 }
 
 bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_t now_ms,
@@ -455,7 +547,8 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   // a whole update period. Readings that straddle a switch read a fast
   // host at what the switch let through, and each map made from them
   // costs its own slow first round.
-  int64_t since_ms = 0;
+  // The first map, too, is made from a whole period of readings.
+  int64_t since_ms = began_ms_;
   if (current_.version() > 1 && current_.changed_fraction() > 0) {
     const int64_t held_ms = now_ms - current_.issued_unix_ms();
     since_ms = job.plan_settled_ms;
@@ -467,33 +560,58 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
       }
       since_ms = current_.issued_unix_ms() + 2 * job.update_time_ms;
     }
-    if (now_ms - since_ms < job.update_time_ms) {
-      *why = absl::StrCat("kept version ", current_.version(), ": its rounds measured for ",
-                          std::max<int64_t>(0, now_ms - since_ms) / 1000.0,
-                          " s, a decision needs one update period of them");
-      return false;
-    }
   }
-  absl::StatusOr<std::vector<double>> rate = HostRates(job, links, now_ms, since_ms);
+  if (now_ms - since_ms < job.update_time_ms) {
+    *why = absl::StrCat("kept version ", current_.version(), ": its rounds measured for ",
+                        std::max<int64_t>(0, now_ms - since_ms) / 1000.0,
+                        " s, a decision needs one update period of them");
+    return false;
+  }
+  const std::vector<int64_t> in_force(current_.server_chunks().begin(),
+                                      current_.server_chunks().end());
+  absl::StatusOr<std::vector<double>> rate = HostRates(job, links, now_ms, since_ms, &in_force);
   if (!rate.ok()) {
     *why = std::string(rate.status().message());
     return false;
   }
+  const std::vector<size_t> lifted =
+      LiftFedHosts(job, in_force, links, std::max(now_ms - job.window_ms(), since_ms), &*rate);
   last_rates_ = *rate;
   // Measurement noise does not move chunks: only a host whose throughput
   // moved by more than update_rate since the plan in force was made.
   if (current_.server_throughput_bytes_per_second_size() == int(servers)) {
     double moved = 0;
+    int64_t latest_ms = 0;  // when the last host to move began to
+    moved_at_ms_.resize(servers, 0);
     for (size_t s = 0; s < servers; ++s) {
       const double was = current_.server_throughput_bytes_per_second(int(s));
-      moved = std::max(moved, std::abs((*rate)[s] - was) / was);
+      const double by = std::abs((*rate)[s] - was) / was;
+      moved = std::max(moved, by);
+      if (by <= job.update_rate) {
+        moved_at_ms_[s] = 0;
+      } else {
+        if (moved_at_ms_[s] == 0) moved_at_ms_[s] = now_ms;
+        latest_ms = std::max(latest_ms, moved_at_ms_[s]);
+      }
     }
     if (moved <= job.update_rate) {
       *why = absl::StrCat("kept version ", current_.version(), ": every psd's throughput within ",
                           job.update_rate, " of the plan's (largest change ", moved, ")");
       return false;
     }
+    // A change shows host by host: a rise at once, a drop only once the
+    // faster readings before it are a window old. A map made at the first
+    // move would read the hosts that dropped at their old rates, so it
+    // waits until a whole window of readings has come in since the last
+    // host began to move (a move that was noise is gone by then).
+    if (now_ms - latest_ms < job.window_ms()) {
+      *why = absl::StrCat("kept version ", current_.version(), ": throughputs moved (by up to ",
+                          moved, "), the last ", (now_ms - latest_ms) / 1000.0,
+                          " s ago, waiting for ", job.window_ms() / 1000.0, " s of readings since");
+      return false;
+    }
   }
+  moved_at_ms_.clear();
   absl::StatusOr<std::vector<double>> shares = PolicyShares(job.load_policy, *rate);
   if (!shares.ok()) {
     *why = std::string(shares.status().message());
@@ -559,6 +677,10 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   next->clear_chunk_server();
   for (int o : *owners) next->add_chunk_server(uint32_t(o));
   *why = absl::StrCat(update->diff.chunks_moved, " of ", chunks, " chunks move");
+  for (size_t k = 0; k < lifted.size(); ++k) {
+    absl::StrAppend(why, k == 0 ? "; held by their feeders, taken as fast as the fastest: " : ", ",
+                    job.servers[lifted[k]]);
+  }
   return true;
 }
 

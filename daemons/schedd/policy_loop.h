@@ -3,10 +3,9 @@
 //
 // LinkTable: the newest report of each directed link between nodes, with
 // when it came. PolicyLoop: for the active job with an adaptive
-// load_policy, every update_time_s, the throughput of each psd's host
-// (the largest sum of the fresh rates into, or out of, one node on that
-// host, links within the host left out: a node's flows of one phase run
-// together, so the sum is what the host's link carried for it). When
+// load_policy, once the map in force has been measured for an update
+// period, and then whenever schedd looks (every kLookMs), the throughput
+// of each psd's host (HostRates). When
 // some host's throughput moved by more than update_rate from what the
 // plan in force was made from, they go through lib/policy's solver for
 // the job's policy; the shares become chunk counts (largest remainders,
@@ -35,6 +34,9 @@ class LinkTable {
  public:
   // At most this many links are kept (the oldest report goes first).
   static constexpr size_t kLinksMax = 65536;
+  // A report whose probe ended longer ago than this (the longest update
+  // period) is refused.
+  static constexpr int64_t kSampleAgeMaxMs = 86'400'000;
 
   // Checks and records one report made by `reporter` (a link into it:
   // to_node_id must be the reporter). InvalidArgument says why not.
@@ -128,6 +130,9 @@ struct PolicyJob {
   // others, each keeping one sample (a plan's batches cover every rank).
   std::set<std::string> gone;
   int64_t update_time_ms = 10'000;
+  // How far back readings reach (MeasureWindowMs; 0: update_time_ms).
+  int64_t measure_window_ms = 0;
+  int64_t window_ms() const { return measure_window_ms > 0 ? measure_window_ms : update_time_ms; }
   double update_rate = 0.1;
   int64_t num_chunks = 0;
   int64_t probe_chunks = 1;          // chunks a psd keeps to stay measured
@@ -150,12 +155,31 @@ struct PolicyJob {
 };
 
 // Each server's host throughput in bytes/s, for the load policies: the
-// fastest link into or out of its host's nodes measured in the last 3
-// update periods, or the most they received together in a short window
-// of the last period, whichever is larger; only what was measured at or
-// after since_ms counts. Unavailable while a server's host has neither.
+// fastest link into or out of its host's nodes probed in the last
+// job.window_ms(), or the most they received together in a short window of it,
+// whichever is larger; only what was received at or after since_ms
+// counts. A host none of whose servers holds a chunk in server_chunks
+// (the map in force; null: every host holds some) is read over the last
+// kIdlePeriods periods. Unavailable while a server's host has neither.
+constexpr int64_t kIdlePeriods = 3;
 absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTable& links,
-                                              int64_t now_ms, int64_t since_ms = 0);
+                                              int64_t now_ms, int64_t since_ms = 0,
+                                              const std::vector<int64_t>* server_chunks = nullptr);
+
+// A host whose psds hold no chunks under the map in force (`chunks`) is
+// crossed only by its worker's flows: its pull, fed by the psds that hold
+// chunks. Where every psd that fed it, in links probed since from_ms,
+// sent it about as fast (within update_rate) as it sent another host with
+// chunks, the feeders held it, not its own link, and it may be any
+// faster: its rate is lifted to the fastest host's, so the next map gives
+// it chunks and its link's own reading follows within a window
+// (exploration: under ADLB the host left without chunks is the one read
+// slowest, and read only through its feeders it would stay so). Where
+// some psd sent it clearly slower than another host, its own link held
+// it, and its reading stands. Returns the servers lifted. O(L + S^2).
+std::vector<size_t> LiftFedHosts(const PolicyJob& job, const std::vector<int64_t>& chunks,
+                                 const LinkTable& links, int64_t from_ms,
+                                 std::vector<double>* rate);
 
 class PolicyLoop {
  public:
@@ -167,16 +191,24 @@ class PolicyLoop {
   // 2 periods after the map was issued once this many periods passed.
   static constexpr int64_t kSettleWaitPeriods = 5;
 
+  // Between update periods the loop looks this often: a map is made as
+  // soon as its readings allow (a period of the map in force, and a host
+  // moved), not at the next period's tick, which would add up to a
+  // period to every change. The batches, and the decisions kept for
+  // psctl, stay once a period.
+  static constexpr int64_t kLookMs = 250;
+
   // A new plan to issue (version > 1), or none: not due yet, the map in
-  // force not settled for a period (below), links not all measured (each
-  // psd needs one link measured within 3 update periods), or too little
+  // force not measured for a whole period since it settled (below),
+  // links not all measured (each psd's host needs a link probed, or
+  // traffic received, within the last update period), or too little
   // changed. A job or recovery epoch it has not seen starts
   // from version 1 (job.start, or the even split). `why` says what happened (status).
   std::optional<v1::Policy> Tick(const PolicyJob& job, const LinkTable& links, int64_t now_ms);
   // Whether Tick would do anything for this job now (a new job or epoch,
-  // or a period over): callers gather a PolicyJob only then.
+  // or time to look again): callers gather a PolicyJob only then.
   bool Due(const std::string& job_id, uint32_t recovery_epoch, int64_t now_ms) const {
-    return job_id != job_id_ || recovery_epoch != epoch_ || now_ms >= next_ms_;
+    return job_id != job_id_ || recovery_epoch != epoch_ || now_ms >= next_look_ms_;
   }
 
   // The job's plan in force at schedd (version 1 before any), and the
@@ -189,7 +221,7 @@ class PolicyLoop {
   // What the last Tick decided, for psctl policy show.
   const std::string& last_decision() const { return last_decision_; }
   // The latest decisions (at most kDecisionsMax), oldest first: one per
-  // update period, with the host throughputs read.
+  // update period and one per plan issued, with the host throughputs read.
   static constexpr size_t kDecisionsMax = 64;
   const std::deque<v1::PolicyDecision>& decisions() const { return decisions_; }
 
@@ -206,7 +238,12 @@ class PolicyLoop {
   std::vector<std::string> servers_;
   std::map<std::string, WorkerWork> work_seen_;  // at the last decision
   uint32_t epoch_ = 0;
-  int64_t next_ms_ = 0;
+  int64_t began_ms_ = 0;  // when the loop first saw this job or epoch
+  // By server: the first look that found it moved from the plan's
+  // throughput, since it last read within update_rate (0: it did not).
+  std::vector<int64_t> moved_at_ms_;
+  int64_t next_ms_ = 0;       // the next period's decision
+  int64_t next_look_ms_ = 0;  // the next look (kLookMs)
   v1::Policy current_;
   std::vector<v1::Policy> history_;
   std::string last_decision_;

@@ -1,6 +1,7 @@
 #include "daemons/schedd/policy_loop.h"
 
 #include <catch2/catch.hpp>
+#include <tuple>
 
 namespace hetps {
 namespace {
@@ -119,22 +120,29 @@ TEST_CASE("the policy loop issues a plan when the links say so, and not for nois
   // The fast hosts read far from their rates (as they do when their
   // slower peers hold them down) while the slowest still bounds the round:
   // no map predicts a shorter one, so none is issued.
+  // (Throughputs that moved are read again a window later: a drop shows
+  // only once the readings before it are that old.)
   const double swung[] = {rate[0] * 0.6, rate[1] * 1.5, rate[2] * 0.8, rate[3]};
   measure(swung, 3500);
   CHECK(!loop.Tick(job, links, 4000));
+  CHECK(loop.last_decision().find("waiting for 1 s of readings since") != std::string::npos);
+  measure(swung, 4500);
+  CHECK(!loop.Tick(job, links, 5000));
   CHECK(loop.current().version() == 2);
   CHECK(loop.last_decision().find("predicted transfer") != std::string::npos);
   // Rates permuted: a new plan, moving chunks from the new slowest.
   const double permuted[] = {rate[3], rate[2], rate[1], rate[0]};
-  measure(permuted, 4500);
-  plan = loop.Tick(job, links, 5000);
+  measure(permuted, 5500);
+  CHECK(!loop.Tick(job, links, 6000));
+  measure(permuted, 6500);
+  plan = loop.Tick(job, links, 7000);
   REQUIRE(plan.has_value());
   CHECK(plan->version() == 3);
   CHECK(plan->server_chunks(0) == 1);
   CHECK(loop.history().size() == 2);
-  job.plan_settled_ms = 5500;
+  job.plan_settled_ms = 7500;
 
-  // Stale links (older than 3 periods) are not used.
+  // Stale links (probed over a period ago) are not used.
   CHECK(!loop.Tick(job, links, 9000));
   // A recovery epoch starts again from the even split; the history keeps
   // the plan that was in force.
@@ -269,7 +277,12 @@ TEST_CASE("a saturated host reads what all its flows carried at once", "[policy]
   // settled, it would not count).
   REQUIRE(links.RecordTraffic("p1", Traffic(3200, busy), 3900).ok());
   REQUIRE(links.Record("p1", Link("w2", "p1", 2e6), 3600).ok());
-  plan = loop.Tick(job, links, 4000);
+  CHECK(!loop.Tick(job, links, 4000));  // h0 moved: a window of readings since first
+  for (const char* n : {"p0", "w0", "p1"}) {
+    REQUIRE(links.RecordTraffic(n, Traffic(4200, busy), 4900).ok());
+  }
+  REQUIRE(links.Record("p1", Link("w2", "p1", 2e6), 4600).ok());
+  plan = loop.Tick(job, links, 5000);
   REQUIRE(plan.has_value());
   CHECK(plan->server_throughput_bytes_per_second(0) == Approx(1e6));
   CHECK(plan->server_throughput_bytes_per_second(1) == 2e6);
@@ -318,23 +331,182 @@ TEST_CASE("a map's successor is made only from readings taken after it settled",
   CHECK(loop.decisions().back().server_throughput_bytes_per_second(0) == 1e6);
 
   // Servers that never say when a map settled: its successor waits
-  // kSettleWaitPeriods and reads from 2 periods after it was issued.
+  // kSettleWaitPeriods, then reads the last period as usual.
   ThreeHosts quiet("job-quiet", 20);
   REQUIRE(quiet.links.Record("p0", Link("w2", "p0", 1e6), 500).ok());
   REQUIRE(quiet.links.Record("w2", Link("p1", "w2", 3e6), 500).ok());
   REQUIRE(quiet.loop.Tick(quiet.job, quiet.links, 1000).has_value());
-  REQUIRE(quiet.links.Record("p0", Link("w3", "p0", 9e6), 2500).ok());  // before 3000
-  REQUIRE(quiet.links.Record("p0", Link("w2", "p0", 3e6), 3200).ok());
-  REQUIRE(quiet.links.Record("w2", Link("p1", "w2", 1e6), 3200).ok());
+  REQUIRE(quiet.links.Record("p0", Link("w3", "p0", 9e6), 2500).ok());  // long before
+  REQUIRE(quiet.links.Record("p0", Link("w2", "p0", 3e6), 5200).ok());
+  REQUIRE(quiet.links.Record("w2", Link("p1", "w2", 1e6), 5200).ok());
   for (int64_t t = 2000; t < 6000; t += 1000) {
     CHECK(!quiet.loop.Tick(quiet.job, quiet.links, t));
     CHECK(quiet.loop.last_decision().find("waiting for every psd") != std::string::npos);
   }
-  plan = quiet.loop.Tick(quiet.job, quiet.links, 6000);
+  CHECK(!quiet.loop.Tick(quiet.job, quiet.links, 6000));  // moved
+  REQUIRE(quiet.links.Record("p0", Link("w2", "p0", 3e6), 6500).ok());
+  REQUIRE(quiet.links.Record("w2", Link("p1", "w2", 1e6), 6500).ok());
+  plan = quiet.loop.Tick(quiet.job, quiet.links, 7000);
   REQUIRE(plan.has_value());
   CHECK(plan->server_throughput_bytes_per_second(0) == 3e6);
   CHECK(plan->server_chunks(0) == 15);
   CHECK(plan->server_chunks(1) == 5);
+}
+
+// A link's estimate is the largest of its recent probes: a report may
+// carry a rate probed well before it (sample_age_ms), which counts by
+// when it was probed. A host that dropped shows it once its last probe
+// of the old rate is a period old, however often that rate is reported.
+TEST_CASE("a link counts by when it was probed, not when it was reported", "[policy]") {
+  LinkTable t;
+  v1::LinkReport aged = Link("a", "b", 1e6);
+  aged.set_sample_age_ms(uint64_t(LinkTable::kSampleAgeMaxMs) + 1);
+  CHECK(!t.Record("b", aged, 5).ok());
+  CHECK(t.All().empty());
+
+  PolicyJob job = TwoHostJob("job-probed", 20);
+  REQUIRE(t.Record("w1", Link("p0", "w1", 4e6), 3000).ok());
+  v1::LinkReport old_fast = Link("p1", "w0", 9e6);  // probed at 2900, reported at 4100
+  old_fast.set_sample_age_ms(1200);
+  REQUIRE(t.Record("w0", old_fast, 4100).ok());
+  REQUIRE(t.Record("p0", Link("w1", "p0", 2e6), 3950).ok());  // h1 -> h0 now
+  absl::StatusOr<std::vector<double>> r = HostRates(job, t, 3800);
+  REQUIRE(r.ok());  // 2900 is within the period before 3800: h0 and h1 at 9e6
+  CHECK((*r)[0] == 9e6);
+  CHECK((*r)[1] == 9e6);
+  r = HostRates(job, t, 4100);  // [3100, 4100]: only the probe at 3950
+  REQUIRE(r.ok());
+  CHECK((*r)[0] == 2e6);
+  CHECK((*r)[1] == 2e6);
+  r = HostRates(job, t, 5000);
+  CHECK(r.status().code() == absl::StatusCode::kUnavailable);
+  CHECK(r.status().message().find("in the last 1 s") != std::string::npos);
+}
+
+// A host that aggregates nothing is fed only at what the psds with chunks
+// send its worker: its readings are lower bounds that swing with who
+// feeds it, so the best of kIdlePeriods counts; a host with chunks is
+// read over the last period, where a drop shows.
+TEST_CASE("a host without chunks keeps its best reading for kIdlePeriods", "[policy]") {
+  PolicyJob job = TwoHostJob("job-idle", 20);
+  job.host_of["w2"] = "h2";
+  LinkTable t;
+  REQUIRE(t.Record("p0", Link("w2", "p0", 2e6), 1000).ok());    // h2 -> h0
+  REQUIRE(t.Record("w2", Link("p1", "w2", 3e6), 1000).ok());    // h1 -> h2
+  REQUIRE(t.Record("w0", Link("w2", "w0", 1e6), 2400).ok());    // h2 -> h0
+  REQUIRE(t.Record("w1", Link("w2", "w1", 0.5e6), 2400).ok());  // h2 -> h1
+  using V = std::vector<int64_t>;
+  const V h1_idle = {20, 0}, both = {10, 10}, h0_idle = {0, 20};
+  absl::StatusOr<std::vector<double>> r = HostRates(job, t, 2500, 0, &h1_idle);
+  REQUIRE(r.ok());
+  CHECK((*r)[0] == 1e6);  // 2e6 was probed over a period ago
+  CHECK((*r)[1] == 3e6);  // idle: its best of 3 periods
+  r = HostRates(job, t, 2500, 0, &both);
+  REQUIRE(r.ok());
+  CHECK((*r)[1] == 0.5e6);
+  r = HostRates(job, t, 2500, 0, &h0_idle);
+  REQUIRE(r.ok());
+  CHECK((*r)[0] == 2e6);
+  CHECK((*r)[1] == 0.5e6);
+  // Past kIdlePeriods even an idle host reads only what is recent.
+  REQUIRE(t.Record("w0", Link("w2", "w0", 1e6), 3900).ok());
+  r = HostRates(job, t, 1000 + kIdlePeriods * 1000 + 1, 0, &h1_idle);
+  REQUIRE(r.ok());
+  CHECK((*r)[1] == 0.5e6);
+}
+
+// An idle host's worker pulls from the psds with chunks. Sent to as fast
+// as they send the other hosts, it was held by them and may be any
+// faster: it is taken as fast as the fastest host. Sent to clearly
+// slower, its own link held it.
+TEST_CASE("an idle host held by its feeders is taken as fast as the fastest", "[policy]") {
+  PolicyJob job;
+  job.update_rate = 0.1;
+  job.servers = {"p0", "p1", "p2", "p3"};
+  job.workers = {"w0", "w1", "w2", "w3"};
+  for (int i = 0; i < 4; ++i) {
+    job.host_of["p" + std::to_string(i)] = job.host_of["w" + std::to_string(i)] =
+        "h" + std::to_string(i);
+  }
+  const std::vector<int64_t> chunks = {29, 29, 0, 0};
+  LinkTable t;
+  // p0 sends w1 at 6, w2 at 6 (h2 fed as fast as h1), w3 at 2 (h3's own
+  // link is slower); p1 sends w0 at 5, w2 at 4.8, w3 at 2.
+  for (const auto& [from, to, r] :
+       std::vector<std::tuple<std::string, std::string, double>>{{"p0", "w1", 6},
+                                                                 {"p0", "w2", 6},
+                                                                 {"p0", "w3", 2},
+                                                                 {"p1", "w0", 5},
+                                                                 {"p1", "w2", 4.8},
+                                                                 {"p1", "w3", 2}}) {
+    REQUIRE(t.Record(to, Link(from, to, r), 1000).ok());
+  }
+  std::vector<double> rate = {40, 30, 12, 10};
+  CHECK(LiftFedHosts(job, chunks, t, 500, &rate) == std::vector<size_t>{2});
+  CHECK(rate == std::vector<double>{40, 30, 40, 10});
+  // One feeder that sent it slower is enough to say its link held it.
+  REQUIRE(t.Record("w2", Link("p1", "w2", 3), 1000).ok());
+  rate = {40, 30, 12, 10};
+  CHECK(LiftFedHosts(job, chunks, t, 500, &rate).empty());
+  // Links probed before from_ms say nothing; neither do hosts with chunks.
+  REQUIRE(t.Record("w2", Link("p1", "w2", 4.8), 1000).ok());
+  CHECK(LiftFedHosts(job, chunks, t, 1001, &rate).empty());
+  CHECK(LiftFedHosts(job, {1, 1, 1, 1}, t, 500, &rate).empty());
+  CHECK(LiftFedHosts(job, {1, 1}, t, 500, &rate).empty());
+}
+
+// The loop looks every kLookMs: the first map waits a whole period of
+// readings, a map's successor one past its settling, and then each is
+// made when the readings allow, not at the period's next tick. The
+// batches stay on the period's ticks.
+TEST_CASE("a map is made as soon as a period of readings allows it", "[policy]") {
+  PolicyJob job = TwoHostJob("job-look", 20);
+  job.update_time_ms = 4000;
+  job.host_of["w2"] = "h2";  // measures h0 and h1 apart
+  LinkTable links;
+  PolicyLoop loop;
+  CHECK(!loop.Tick(job, links, 0));
+  CHECK(!loop.Due(job.job_id, 0, 100));
+  CHECK(loop.Due(job.job_id, 0, PolicyLoop::kLookMs));
+  REQUIRE(links.Record("p0", Link("w2", "p0", 1e6), 200).ok());
+  REQUIRE(links.Record("w2", Link("p1", "w2", 3e6), 200).ok());
+  CHECK(!loop.Tick(job, links, 250));
+  CHECK(loop.last_decision().find("measured for 0.25 s") != std::string::npos);
+  CHECK(loop.decisions().empty());  // between periods nothing is kept
+  CHECK(!loop.Tick(job, links, 3900));
+  CHECK(!loop.Tick(job, links, 4000));  // looked at 3900: the next look is at 4150
+  std::optional<v1::Policy> plan = loop.Tick(job, links, 4150);
+  REQUIRE(plan.has_value());
+  CHECK(plan->server_chunks(0) == 5);
+  job.plan_settled_ms = 4600;
+  // Readings reach back a window of 1 s from here. h0 speeds up; its new
+  // rate is probed at 8700, a period past the settling; the loop sees it
+  // at the next look, and makes the map a window of readings after the
+  // last host moved, not at the period's tick (12150).
+  job.measure_window_ms = 1000;
+  REQUIRE(links.Record("p0", Link("w2", "p0", 1e6), 8000).ok());
+  REQUIRE(links.Record("w2", Link("p1", "w2", 3e6), 8000).ok());
+  CHECK(!loop.Tick(job, links, 8500));
+  CHECK(loop.last_decision().find("measured for 3.9 s") != std::string::npos);
+  REQUIRE(links.Record("p0", Link("w2", "p0", 3e6), 8700).ok());
+  CHECK(!loop.Tick(job, links, 8700));  // looked at 8500: not yet
+  CHECK(!loop.Tick(job, links, 8750));
+  CHECK(loop.last_decision().find("waiting for 1 s of readings since") != std::string::npos);
+  // h1 drops too before the window is over: the wait starts again from
+  // the last host to move.
+  REQUIRE(links.Record("p0", Link("w2", "p0", 3e6), 9200).ok());
+  REQUIRE(links.Record("w2", Link("p1", "w2", 1e6), 9200).ok());
+  CHECK(!loop.Tick(job, links, 9250));
+  CHECK(loop.last_decision().find("the last 0 s ago") != std::string::npos);
+  REQUIRE(links.Record("p0", Link("w2", "p0", 3e6), 10200).ok());
+  REQUIRE(links.Record("w2", Link("p1", "w2", 1e6), 10200).ok());
+  CHECK(!loop.Tick(job, links, 10000));
+  plan = loop.Tick(job, links, 10250);
+  REQUIRE(plan.has_value());
+  CHECK(plan->issued_unix_ms() == 10250);
+  CHECK(plan->server_chunks(0) == 15);
+  CHECK(loop.decisions().back().unix_ms() == 10250);
+  CHECK(loop.decisions().back().why().find("issued version 3") == 0);
 }
 
 TEST_CASE("the predicted transfer is ADLB's slowest node", "[policy]") {

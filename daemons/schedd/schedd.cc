@@ -646,6 +646,7 @@ void Schedd::RunPolicy() {
   job.recovery_epoch = a->recovery_epoch();
   job.load_policy = spec->load_policy;
   job.update_time_ms = spec->update_time_s * 1000;
+  job.measure_window_ms = MeasureWindowMs(job.update_time_ms);
   job.update_rate = spec->update_rate;
   job.num_chunks = num_chunks_;
   // Enough chunks that a psd given none still moves flows big enough to

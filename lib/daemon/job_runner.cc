@@ -100,6 +100,7 @@ void JobRunner::TakeLinkReports(const std::string& self, v1::ReportLinksRequest*
     l.set_throughput_bytes_per_second(s.bytes_per_s);
     l.set_bytes_observed(s.bytes);
     l.set_flow_bytes(s.flow_bytes);
+    l.set_sample_age_ms(s.age_us / 1000);
     for (const transport::PeerEstimate& p : peers) {
       if (p.peer == s.from && p.rtprop_us > 0) l.set_rtt_ms(p.rtprop_us / 1e3);
     }
@@ -173,9 +174,10 @@ void JobRunner::Loop() {
       meter_.SetLocalIp(DataIpOf(a, self_));
     }
     if (spec.ok()) {
-      // A sample older than one update period belongs to a decision ago.
+      // A sample older than schedd's window says nothing it reads.
       meter_.SetConfig({uint64_t(spec->probe_chunk_bytes), uint32_t(spec->probe_chunk_num),
-                        spec->report_rate, uint64_t(spec->update_time_s) * 1'000'000});
+                        spec->report_rate,
+                        uint64_t(MeasureWindowMs(spec->update_time_s * 1000)) * 1000});
     }
     {
       absl::MutexLock lock(&mu_);

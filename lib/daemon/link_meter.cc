@@ -108,8 +108,26 @@ void LinkMeter::AddTraffic(const transport::FlowResult& r, double wire) {
     }
     traffic_end_ = last + 1;
   }
-  const Arrivals a = ArrivalsOf(r, wire);
-  for (int i = 0; i < a.pieces; ++i) Spread(a.piece[i].from_us, a.piece[i].to_us, a.piece[i].bytes);
+  if (r.arrivals.usable()) {
+    // Where the bytes came, scaled to the wire's (IPv4 and UDP headers).
+    // Spread evenly, a flow that waited on others for part of its time
+    // puts bytes into moments when the others had the link, and the
+    // busiest moment of such sums reads a saturated host faster than its
+    // link (schedd takes a host's throughput from it).
+    double datagrams = 0;
+    for (uint64_t b : r.arrivals.bytes) datagrams += double(b);
+    const uint64_t begin = traffic_end_ - kTrafficBins;
+    for (size_t i = 0; i < r.arrivals.bytes.size() && datagrams > 0; ++i) {
+      const uint64_t bin = r.arrivals.first_bin + i;
+      if (bin < begin || bin >= traffic_end_) continue;
+      traffic_[bin - begin] += double(r.arrivals.bytes[i]) * wire / datagrams;
+    }
+  } else {
+    const Arrivals a = ArrivalsOf(r, wire);
+    for (int i = 0; i < a.pieces; ++i) {
+      Spread(a.piece[i].from_us, a.piece[i].to_us, a.piece[i].bytes);
+    }
+  }
   traffic_new_ = true;
 }
 
@@ -187,6 +205,7 @@ void LinkMeter::CloseSpan(Link* l) {
                                      [](const auto& a, const auto& b) { return a.rate < b.rate; });
   l->now.bytes_per_s = best->rate;
   l->now.flow_bytes = best->flow_bytes;
+  l->now.sampled_us = best->last_us;
   l->now.updated_us = now_us;
 }
 
@@ -218,6 +237,7 @@ std::vector<LinkSample> LinkMeter::TakeChanged() {
     l.reported_samples = l.now.samples;
     l.reported_us = now_us;
     out.push_back(l.now);
+    out.back().age_us = now_us > l.now.sampled_us ? now_us - l.now.sampled_us : 0;
   }
   return out;
 }
@@ -228,7 +248,9 @@ std::vector<LinkSample> LinkMeter::All() {
   CloseQuietSpans(now_us);
   std::vector<LinkSample> out;
   for (const auto& [peer, l] : links_) {
-    if (l.now.samples > 0) out.push_back(l.now);
+    if (l.now.samples == 0) continue;
+    out.push_back(l.now);
+    out.back().age_us = now_us > l.now.sampled_us ? now_us - l.now.sampled_us : 0;
   }
   return out;
 }

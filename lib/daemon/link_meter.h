@@ -22,13 +22,14 @@
 // leave the bottleneck spaced at its rate or wider (sharing it with other
 // flows, or sent slower), never closer, so the largest is the closest to
 // what the link can carry; and a sample older than the window (the job's
-// update period) describes the network of a decision ago, so a link that
-// sees one flow a round shows a drop within a period, not after
-// probe_num rounds. A link is first reported after probe_num probes in
-// all, and again once it moved by more than report_rate (REPORT_RATE),
-// and at least every kRefreshUs while its samples grow: schedd reads
-// only links reported since a plan settled, and a link that still
-// carries flows at the same rate is as much news as one that moved.
+// MeasureWindowMs, as far back as schedd reads) describes a network that
+// may be gone, so a link that sees one flow a round shows a drop within
+// a window, not after probe_num rounds. A link is first reported after
+// probe_num probes in all, and again once it moved by more than
+// report_rate (REPORT_RATE), and at least every kRefreshUs while its
+// samples grow, each report with its estimate's age: schedd reads links
+// by when they were probed, and a link that still carries flows at the
+// same rate is as much news as one that moved.
 //
 // It also keeps what the node received per kTrafficBinUs, all senders
 // together (Traffic): a host's access link is shared by its nodes' flows,
@@ -71,6 +72,10 @@ struct LinkSample {
   uint64_t samples = 0;     // probes (spans) taken in all
   uint64_t bytes = 0;       // their bytes
   uint64_t updated_us = 0;  // the endpoint's clock at the latest probe
+  // The end of the probe that gave bytes_per_s (the endpoint's clock),
+  // and how long before TakeChanged or All returned it that was.
+  uint64_t sampled_us = 0;
+  uint64_t age_us = 0;
 };
 
 // Bytes received per bin, on calendar time.
@@ -82,7 +87,8 @@ struct NodeTraffic {
 
 class LinkMeter final : public transport::FlowObserver {
  public:
-  static constexpr uint64_t kTrafficBinUs = 50'000;
+  // A flow's arrival profile (transport::ArrivalProfile) lands bin for bin.
+  static constexpr uint64_t kTrafficBinUs = transport::ArrivalProfile::kBinUs;
   // Bins kept: a flow is counted when it ends, into the bins it spanned,
   // so reports repeat the recent past (Traffic) and flows up to this long
   // are whole in some report.
@@ -121,9 +127,11 @@ class LinkMeter final : public transport::FlowObserver {
   std::vector<LinkSample> TakeChanged();
   // Every link with an estimate (spans that are over count).
   std::vector<LinkSample> All();
-  // The last `bins` (at most kTrafficBins) bins up to now, each flow's
-  // wire bytes spread evenly over its first to last arrival. False when
-  // no flow ended since the previous call.
+  // The last `bins` (at most kTrafficBins) bins up to now: each flow's
+  // wire bytes where its arrival profile says they came, or, without one,
+  // spread over its first to last arrival (each half over its own time
+  // where the middle arrival is known). False when no flow ended since the
+  // previous call.
   bool TakeTraffic(uint64_t bins, NodeTraffic* out);
   // Forgets everything (a new job: other peers, other paths).
   void Reset();

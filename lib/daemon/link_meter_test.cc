@@ -55,6 +55,10 @@ TEST_CASE("a link's rate: bytes after the first packet over the time to the last
   CHECK(changed[0].bytes_per_s == Approx(10 * per_packet / 0.08));
   CHECK(changed[0].flow_bytes == 1'100'000);
   CHECK(changed[0].samples == 3);
+  // Three equal rates: the first gave it, and how old it is goes along
+  // (schedd counts a rate by when it was probed).
+  CHECK(changed[0].sampled_us == 1'081'000);
+  CHECK(changed[0].age_us == clock.MonotonicMicros() - 1'081'000);
   CHECK(m.TakeChanged().empty());  // reported
 
   // The largest of the window: a slower flow (sharing the link) moves
@@ -69,8 +73,11 @@ TEST_CASE("a link's rate: bytes after the first packet over the time to the last
   // The size of the flow that gave the estimate goes with it.
   m.OnFlow(a, Flow(440'000, 11, 0, 20'000));
   CHECK(m.All()[0].flow_bytes == 440'000);
+  const uint64_t fast_end = Flow.at + 20'000;
   m.OnFlow(a, Flow(1'100'000, 11, 0, 160'000));
-  CHECK(m.All()[0].flow_bytes == 440'000);  // still the largest rate
+  CHECK(m.All()[0].flow_bytes == 440'000);   // still the largest rate
+  CHECK(m.All()[0].sampled_us == fast_end);  // and older than the newest
+  CHECK(m.All()[0].updated_us == Flow.at + 160'000);
   for (int i = 0; i < 3; ++i) m.OnFlow(a, Flow(1'100'000, 11, 0, 160'000));
   CHECK(m.All()[0].flow_bytes == 1'100'000);
   // Within report_rate of what was reported: not again...
@@ -400,6 +407,42 @@ TEST_CASE("a node's traffic: each half of a flow over its own time", "[links]") 
   REQUIRE(t.in_bytes.size() == 2);
   CHECK(t.in_bytes[0] == uint64_t(wire / 2 + wire / 2 * 40 / 90 + 0.5));
   CHECK(t.in_bytes[1] == uint64_t(wire / 2 * 50 / 90 + 0.5));
+}
+
+// Two flows shared a host's link for 150 ms: one came in its first 50 ms
+// and last 50 ms, waiting on the other between. Spread evenly over their
+// times they add up to half as much again as the link carried in the
+// middle bin; by their arrival profiles, to what it carried.
+TEST_CASE("a node's traffic: a flow's bytes where its arrivals say", "[links]") {
+  FakeClock clock(absl::FromUnixMillis(1'700'000'000'000));
+  LinkMeter m({}, &clock);
+  const uint64_t bin = LinkMeter::kTrafficBinUs;
+  transport::FlowResult gapped = Flow(20'000, 20, 20 * bin, 23 * bin - 1);
+  transport::FlowResult middle = Flow(10'000, 10, 21 * bin, 22 * bin - 1);
+  const uint64_t datagram = 1000 + transport::kHeaderBytes;
+  gapped.arrivals.first_bin = 20;
+  gapped.arrivals.bytes = {10 * datagram, 0, 10 * datagram};
+  middle.arrivals.first_bin = 21;
+  middle.arrivals.bytes = {10 * datagram};
+  m.OnFlow({1, 1}, gapped);
+  m.OnFlow({2, 2}, middle);
+  clock.Advance(absl::Microseconds(23 * bin - clock.MonotonicMicros()));  // bin 23
+  NodeTraffic t;
+  REQUIRE(m.TakeTraffic(4, &t));
+  const double wire = 1000 + kPacketOverheadBytes;  // a packet on the wire
+  REQUIRE(t.in_bytes.size() == 4);
+  CHECK(t.in_bytes[0] == uint64_t(10 * wire + 0.5));
+  CHECK(t.in_bytes[1] == uint64_t(10 * wire + 0.5));
+  CHECK(t.in_bytes[2] == uint64_t(10 * wire + 0.5));
+  CHECK(t.in_bytes[3] == 0);
+  // Without profiles, the even spread the profile corrects.
+  LinkMeter even({}, &clock);
+  gapped.arrivals = {};
+  middle.arrivals = {};
+  even.OnFlow({1, 1}, gapped);
+  even.OnFlow({2, 2}, middle);
+  REQUIRE(even.TakeTraffic(4, &t));
+  CHECK(t.in_bytes[1] > uint64_t(16 * wire));
 }
 
 }  // namespace

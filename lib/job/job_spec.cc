@@ -146,6 +146,10 @@ int64_t JobSpec::TotalIterations(uint64_t train_samples, uint32_t workers) const
   return static_cast<int64_t>(per_epoch) * epochs;
 }
 
+int64_t MeasureWindowMs(int64_t update_time_ms) {
+  return std::min(update_time_ms, std::max<int64_t>(2000, update_time_ms / 2));
+}
+
 absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view yaml, absl::string_view origin) {
   JobSpec j;
   ConfigSchema schema("job");

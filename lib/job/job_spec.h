@@ -69,7 +69,7 @@ struct JobSpec {
   // measured links every update_time_s: elastic (shares follow
   // throughput), adlb-alg1 (ADLB's Algorithm 1) or adlb (the exact optimum).
   std::string load_policy = "average";
-  int64_t update_time_s = 10;  // UPDATE_TIME: seconds between policy decisions
+  int64_t update_time_s = 10;  // UPDATE_TIME: seconds between policy decisions (MeasureWindowMs)
   double update_rate = 0.1;    // UPDATE_RATE: a plan is issued when this much of it changed
   double report_rate = 0.1;    // REPORT_RATE: a link is reported again when it moved this much
   int64_t probe_chunk_bytes = 64 << 10;  // PROBE_CHUNK_SIZE: smaller flows are not probes
@@ -108,6 +108,13 @@ struct JobSpec {
   // `workers` workers (epochs are counted on each worker's shard).
   int64_t TotalIterations(uint64_t train_samples, uint32_t workers) const;
 };
+
+// How far back link estimates and host throughputs reach for a job of
+// this update period (docs/awareness.md): half of it, at least 2 s, at
+// most all of it. A drop shows once the faster readings before it are
+// this old; a map waits a whole period of readings, so longer would only
+// hold a host's old rate longer.
+int64_t MeasureWindowMs(int64_t update_time_ms);
 
 absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view yaml, absl::string_view origin);
 absl::StatusOr<JobSpec> ParseJobSpecFile(const std::string& path);

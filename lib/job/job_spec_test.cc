@@ -5,6 +5,14 @@
 namespace hetps {
 namespace {
 
+TEST_CASE("readings reach back half an update period, 2 s at least", "[job]") {
+  CHECK(MeasureWindowMs(1000) == 1000);
+  CHECK(MeasureWindowMs(2000) == 2000);
+  CHECK(MeasureWindowMs(3000) == 2000);
+  CHECK(MeasureWindowMs(5000) == 2500);
+  CHECK(MeasureWindowMs(10000) == 5000);
+}
+
 TEST_CASE("a minimal job gets the documented defaults", "[job]") {
   auto j = ParseJobSpec("iterations: 100\n", "job.yaml");
   REQUIRE(j.ok());

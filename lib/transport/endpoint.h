@@ -225,6 +225,36 @@ class SendHandle {
   FlowTiming timing_ ABSL_GUARDED_BY(mu_);
 };
 
+// Where in time a flow's bytes arrived: datagram bytes (header and
+// payload) per kBinUs of the endpoint's clock, bin i being
+// [first_bin + i, first_bin + i + 1) x kBinUs. What a receiver adding
+// flows up moment by moment needs (a host's link carries its flows
+// together; link_meter.h): a flow slowed by others for a while did not
+// arrive evenly over its time. A flow longer than kBinsMax bins has none
+// (overflowed), so a profile costs at most kBinsMax words; an arrival
+// stamped before the first counts in the first bin.
+struct ArrivalProfile {
+  static constexpr uint64_t kBinUs = 50'000;
+  static constexpr size_t kBinsMax = 200;  // 10 s
+  uint64_t first_bin = 0;
+  std::vector<uint64_t> bytes;
+  bool overflowed = false;
+  bool usable() const { return !overflowed && !bytes.empty(); }
+  void Add(uint64_t at_us, uint64_t n) {
+    if (overflowed) return;
+    const uint64_t b = at_us / kBinUs;
+    if (bytes.empty()) first_bin = b;
+    const uint64_t i = b > first_bin ? b - first_bin : 0;
+    if (i >= kBinsMax) {
+      overflowed = true;
+      bytes = std::vector<uint64_t>();
+      return;
+    }
+    if (i >= bytes.size()) bytes.resize(size_t(i) + 1, 0);
+    bytes[size_t(i)] += n;
+  }
+};
+
 // How a received flow ended.
 struct FlowResult {
   uint32_t flow_id = 0;
@@ -244,6 +274,7 @@ struct FlowResult {
   uint64_t mid_us = 0;
   uint64_t last_us = 0;
   uint64_t closed_us = 0;
+  ArrivalProfile arrivals;  // empty where the transport does not say
   bool complete() const { return received == total_packets; }
 };
 

@@ -107,6 +107,7 @@ struct RecvFlow {
   uint64_t start_us = 0;  // first packet's arrival (read), for timers
   // FlowResult's times: arrivals as the socket says (InDatagram::age_us).
   uint64_t first_at_us = 0, mid_us = 0, last_at_us = 0;
+  ArrivalProfile arrivals;
   uint32_t critical_end = UINT32_MAX;  // seq flagged kFlagCriticalEnd, once seen
   uint32_t prefix = 0;                 // seqs [0, prefix) all received (ACK prefix)
   std::vector<uint32_t> ack_echo;      // the last ACK's fresh seqs, repeated in the next

@@ -105,6 +105,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now,
   ++f.received;
   if (f.received == (f.total + 1) / 2) f.mid_us = std::max(f.first_at_us, arrived);
   f.bytes += h.payload_bytes;
+  f.arrivals.Add(std::max(f.first_at_us, arrived), kHeaderBytes + h.payload_bytes);
   while (f.prefix < f.total && f.has(f.prefix)) ++f.prefix;
   if (f.lossy) {
     if (h.flags & kFlagCriticalEnd) f.critical_end = h.seq;
@@ -161,7 +162,7 @@ DropReason Endpoint::Impl::OpenRecv(const RecvKey& key, const Header& h, uint64_
 void Endpoint::Impl::CloseFlow(const RecvKey& key, CloseReason reason) {
   auto it = recv.find(key);
   if (it == recv.end()) return;
-  const RecvFlow& f = it->second;
+  RecvFlow& f = it->second;
   FlowResult r;
   r.flow_id = key.flow_id;
   r.iteration = f.iteration;
@@ -175,6 +176,7 @@ void Endpoint::Impl::CloseFlow(const RecvKey& key, CloseReason reason) {
   r.mid_us = f.mid_us;
   r.last_us = f.last_at_us;
   r.closed_us = Now();
+  r.arrivals = std::move(f.arrivals);
   const StopInfo how{reason, f.received};
   Header about;
   about.flow_id = key.flow_id;

@@ -161,7 +161,33 @@ TEST_CASE("a receiver that reads late times a flow by its arrivals", "[endpoint]
     CHECK(r.mid_us > r.first_us);
     CHECK(r.last_us > r.mid_us);
     CHECK(r.closed_us >= r.last_us);
+    // Its bytes by arrival: every datagram once, from the first
+    // arrival's bin to the last's (not the stalled reader's), and more
+    // than one bin at 40 Mbit/s.
+    REQUIRE(r.arrivals.usable());
+    uint64_t sum = 0;
+    for (uint64_t b : r.arrivals.bytes) sum += b;
+    CHECK(sum == r.bytes + uint64_t(r.received) * kHeaderBytes);
+    CHECK(r.arrivals.first_bin == r.first_us / ArrivalProfile::kBinUs);
+    CHECK(r.arrivals.first_bin + r.arrivals.bytes.size() - 1 == r.last_us / ArrivalProfile::kBinUs);
+    CHECK(r.arrivals.bytes.size() >= 2);
   }
+}
+
+TEST_CASE("an arrival profile bins bytes, and gives up past its bins", "[endpoint]") {
+  ArrivalProfile p;
+  CHECK(!p.usable());
+  p.Add(120'000, 100);  // bin 2
+  p.Add(100'000, 10);   // stamped before the first: bin 2 still
+  p.Add(260'000, 5);    // bin 5
+  REQUIRE(p.usable());
+  CHECK(p.first_bin == 2);
+  CHECK(p.bytes == std::vector<uint64_t>{110, 0, 0, 5});
+  p.Add(120'000 + ArrivalProfile::kBinsMax * ArrivalProfile::kBinUs, 1);
+  CHECK(!p.usable());
+  CHECK(p.bytes.empty());
+  p.Add(130'000, 1);
+  CHECK(!p.usable());
 }
 
 TEST_CASE("loss, delay, reordering and duplication: still exact, with retransmissions",

@@ -90,6 +90,7 @@ struct InFlow {
   uint64_t first_us = 0;
   uint64_t mid_us = 0;
   uint64_t last_us = 0;
+  ArrivalProfile arrivals;  // by read time: TCP hides arrivals
   std::vector<uint64_t> bitmap;
 };
 
@@ -736,6 +737,7 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
   word |= bit;
   receiver->OnData(c->peer, h, p.payload);
   f.bytes += h.payload_bytes;
+  f.arrivals.Add(f.last_us, kHeaderBytes + h.payload_bytes);
   if (++f.received == (f.total + 1) / 2) f.mid_us = f.last_us;
   if (f.received < f.total) return true;
   FlowResult r;
@@ -750,6 +752,7 @@ bool TcpEndpoint::Impl::HandleFrame(Conn* c, const uint8_t* data, size_t len) {
   r.mid_us = f.mid_us;
   r.last_us = f.last_us;
   r.closed_us = NowMicros();
+  r.arrivals = std::move(f.arrivals);
   EraseInFlow(c, it);
   ++stats.flows_received;
   // STOP (complete) back to the sender: its handle finishes on delivery.

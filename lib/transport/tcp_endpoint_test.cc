@@ -127,6 +127,12 @@ TEST_CASE("TCP: flows both ways arrive exactly; handles finish on the receiver's
     CHECK(r.plan == 5);
     CHECK((r.samples >= 10 && r.samples <= 12));
     CHECK(r.reason == CloseReason::kComplete);
+    // Its frames by when they were read (TCP hides arrivals), each once.
+    REQUIRE(r.arrivals.usable());
+    uint64_t sum = 0;
+    for (uint64_t b : r.arrivals.bytes) sum += b;
+    CHECK(sum == r.bytes + uint64_t(r.received) * kHeaderBytes);
+    CHECK(r.arrivals.first_bin == r.first_us / ArrivalProfile::kBinUs);
   }
   // The sender is known by its data address (the hello), not the
   // connection's ephemeral port.
