@@ -259,6 +259,7 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
     epoch_ = job.recovery_epoch;
     began_ms_ = now_ms;
     moved_at_ms_.clear();
+    back_at_ms_.clear();
     work_seen_ = job.work;
     current_ = v1::Policy();
     current_.set_version(1);
@@ -513,17 +514,19 @@ std::vector<size_t> LiftFedHosts(const PolicyJob& job, const std::vector<int64_t
     if (loaded.count(h) > 0 || (*rate)[s] >= fastest) continue;
     // Held by its feeders when every psd that fed it sent it about as
     // fast as it sent any other host; its own link, when some psd sent
-    // it clearly slower than it sent another.
+    // it clearly slower than it sent another. Other idle hosts count as
+    // well as loaded ones: a loaded host's link also carries the pushes
+    // into its psd, so its pull can be as slow as a slow idle host's,
+    // while a fast idle host is fed as fast as its feeder can send.
     int compared = 0;
     bool held = true;
     for (const std::string& p : psds) {
       auto into = feed.find({p, h});
       if (into == feed.end()) continue;
       double others = 0;
-      for (const std::string& other : loaded) {
-        if (other == h || other == job.HostOf(p)) continue;
-        auto it = feed.find({p, other});
-        if (it != feed.end()) others = std::max(others, it->second);
+      for (auto it = feed.lower_bound({p, std::string()}); it != feed.end() && it->first.first == p;
+           ++it) {
+        if (it->first.second != h) others = std::max(others, it->second);
       }
       if (others <= 0) continue;
       ++compared;
@@ -583,16 +586,23 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
     double moved = 0;
     int64_t latest_ms = 0;  // when the last host to move began to
     moved_at_ms_.resize(servers, 0);
+    back_at_ms_.resize(servers, 0);
     for (size_t s = 0; s < servers; ++s) {
       const double was = current_.server_throughput_bytes_per_second(int(s));
       const double by = std::abs((*rate)[s] - was) / was;
       moved = std::max(moved, by);
-      if (by <= job.update_rate) {
-        moved_at_ms_[s] = 0;
-      } else {
+      // A host that moved and reads back within update_rate for a moment
+      // is still moving (a reading near the threshold flickers across
+      // it): its move began when it first crossed, until it has read
+      // back within for a whole window.
+      if (by > job.update_rate) {
         if (moved_at_ms_[s] == 0) moved_at_ms_[s] = now_ms;
-        latest_ms = std::max(latest_ms, moved_at_ms_[s]);
+        back_at_ms_[s] = 0;
+      } else if (moved_at_ms_[s] != 0) {
+        if (back_at_ms_[s] == 0) back_at_ms_[s] = now_ms;
+        if (now_ms - back_at_ms_[s] >= job.window_ms()) moved_at_ms_[s] = back_at_ms_[s] = 0;
       }
+      latest_ms = std::max(latest_ms, moved_at_ms_[s]);
     }
     if (moved <= job.update_rate) {
       *why = absl::StrCat("kept version ", current_.version(), ": every psd's throughput within ",
@@ -612,6 +622,7 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
     }
   }
   moved_at_ms_.clear();
+  back_at_ms_.clear();
   absl::StatusOr<std::vector<double>> shares = PolicyShares(job.load_policy, *rate);
   if (!shares.ok()) {
     *why = std::string(shares.status().message());
@@ -622,12 +633,13 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   // only ever measured as fast as its slower peers let it move (its
   // estimate follows the plan), so its throughput swings without any
   // map doing better than the one in force. Only a predicted round
-  // shorter by more than update_rate moves chunks.
+  // shorter by more than update_rate moves chunks. Only the longest
+  // time: where one host sets every map's round, the next longest would
+  // tell the maps apart, but it is a fast host's, and its readings swing
+  // too much to move chunks by.
   if ((job.load_policy == "adlb" || job.load_policy == "adlb-alg1") &&
       current_.server_chunks_size() == int(servers)) {
-    const double was = PredictedTransfer(
-        std::vector<int64_t>(current_.server_chunks().begin(), current_.server_chunks().end()),
-        *rate);
+    const double was = PredictedTransfer(in_force, *rate);
     const double will = PredictedTransfer(counts, *rate);
     if (!(will * (1 + job.update_rate) < was)) {
       current_.clear_server_throughput_bytes_per_second();

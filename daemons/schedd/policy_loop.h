@@ -169,14 +169,14 @@ absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTa
 // A host whose psds hold no chunks under the map in force (`chunks`) is
 // crossed only by its worker's flows: its pull, fed by the psds that hold
 // chunks. Where every psd that fed it, in links probed since from_ms,
-// sent it about as fast (within update_rate) as it sent another host with
-// chunks, the feeders held it, not its own link, and it may be any
+// sent it about as fast (within update_rate) as the fastest it sent any
+// other host, the feeders held it, not its own link, and it may be any
 // faster: its rate is lifted to the fastest host's, so the next map gives
 // it chunks and its link's own reading follows within a window
 // (exploration: under ADLB the host left without chunks is the one read
 // slowest, and read only through its feeders it would stay so). Where
 // some psd sent it clearly slower than another host, its own link held
-// it, and its reading stands. Returns the servers lifted. O(L + S^2).
+// it, and its reading stands. Returns the servers lifted. O(L log L + S^3).
 std::vector<size_t> LiftFedHosts(const PolicyJob& job, const std::vector<int64_t>& chunks,
                                  const LinkTable& links, int64_t from_ms,
                                  std::vector<double>* rate);
@@ -240,8 +240,11 @@ class PolicyLoop {
   uint32_t epoch_ = 0;
   int64_t began_ms_ = 0;  // when the loop first saw this job or epoch
   // By server: the first look that found it moved from the plan's
-  // throughput, since it last read within update_rate (0: it did not).
+  // throughput (0: not moving), and the first look since that found it
+  // back within update_rate (0: not back). A move ends once the host has
+  // read back within for a whole window.
   std::vector<int64_t> moved_at_ms_;
+  std::vector<int64_t> back_at_ms_;
   int64_t next_ms_ = 0;       // the next period's decision
   int64_t next_look_ms_ = 0;  // the next look (kLookMs)
   v1::Policy current_;

@@ -415,32 +415,40 @@ TEST_CASE("a host without chunks keeps its best reading for kIdlePeriods", "[pol
   CHECK((*r)[1] == 0.5e6);
 }
 
+// Four hosts hi, each with psd pi and worker wi.
+PolicyJob FourHostJob() {
+  PolicyJob job;
+  job.update_rate = 0.1;
+  for (int i = 0; i < 4; ++i) {
+    const std::string n = std::to_string(i);
+    job.servers.push_back("p" + n);
+    job.workers.push_back("w" + n);
+    job.host_of["p" + n] = job.host_of["w" + n] = "h" + n;
+  }
+  return job;
+}
+
+// Links (from, to, rate) into the receivers, probed at 1000.
+void Feed(LinkTable* t, const std::vector<std::tuple<std::string, std::string, double>>& links) {
+  for (const auto& [from, to, r] : links) REQUIRE(t->Record(to, Link(from, to, r), 1000).ok());
+}
+
 // An idle host's worker pulls from the psds with chunks. Sent to as fast
 // as they send the other hosts, it was held by them and may be any
 // faster: it is taken as fast as the fastest host. Sent to clearly
 // slower, its own link held it.
 TEST_CASE("an idle host held by its feeders is taken as fast as the fastest", "[policy]") {
-  PolicyJob job;
-  job.update_rate = 0.1;
-  job.servers = {"p0", "p1", "p2", "p3"};
-  job.workers = {"w0", "w1", "w2", "w3"};
-  for (int i = 0; i < 4; ++i) {
-    job.host_of["p" + std::to_string(i)] = job.host_of["w" + std::to_string(i)] =
-        "h" + std::to_string(i);
-  }
+  const PolicyJob job = FourHostJob();
   const std::vector<int64_t> chunks = {29, 29, 0, 0};
   LinkTable t;
   // p0 sends w1 at 6, w2 at 6 (h2 fed as fast as h1), w3 at 2 (h3's own
   // link is slower); p1 sends w0 at 5, w2 at 4.8, w3 at 2.
-  for (const auto& [from, to, r] :
-       std::vector<std::tuple<std::string, std::string, double>>{{"p0", "w1", 6},
-                                                                 {"p0", "w2", 6},
-                                                                 {"p0", "w3", 2},
-                                                                 {"p1", "w0", 5},
-                                                                 {"p1", "w2", 4.8},
-                                                                 {"p1", "w3", 2}}) {
-    REQUIRE(t.Record(to, Link(from, to, r), 1000).ok());
-  }
+  Feed(&t, {{"p0", "w1", 6},
+            {"p0", "w2", 6},
+            {"p0", "w3", 2},
+            {"p1", "w0", 5},
+            {"p1", "w2", 4.8},
+            {"p1", "w3", 2}});
   std::vector<double> rate = {40, 30, 12, 10};
   CHECK(LiftFedHosts(job, chunks, t, 500, &rate) == std::vector<size_t>{2});
   CHECK(rate == std::vector<double>{40, 30, 40, 10});
@@ -453,6 +461,24 @@ TEST_CASE("an idle host held by its feeders is taken as fast as the fastest", "[
   CHECK(LiftFedHosts(job, chunks, t, 1001, &rate).empty());
   CHECK(LiftFedHosts(job, {1, 1, 1, 1}, t, 500, &rate).empty());
   CHECK(LiftFedHosts(job, {1, 1}, t, 500, &rate).empty());
+}
+
+// Another idle host counts too: a loaded host's link also carries the
+// pushes into its psd, so its pull is no faster than a slow idle host's;
+// an idle host fed faster says what the feeders could send.
+TEST_CASE("an idle host is compared with every host its feeders sent to", "[policy]") {
+  const PolicyJob job = FourHostJob();
+  LinkTable t;
+  // h1 (loaded) and h2 (idle, slow) are fed alike; h3 (idle) twice as fast.
+  Feed(&t, {{"p0", "w1", 3},
+            {"p0", "w2", 3},
+            {"p0", "w3", 6},
+            {"p1", "w0", 3},
+            {"p1", "w2", 3},
+            {"p1", "w3", 6}});
+  std::vector<double> rate = {40, 30, 12, 20};
+  CHECK(LiftFedHosts(job, {29, 29, 0, 0}, t, 500, &rate) == std::vector<size_t>{3});
+  CHECK(rate == std::vector<double>{40, 30, 12, 40});
 }
 
 // The loop looks every kLookMs: the first map waits a whole period of
@@ -507,6 +533,69 @@ TEST_CASE("a map is made as soon as a period of readings allows it", "[policy]")
   CHECK(plan->server_chunks(0) == 15);
   CHECK(loop.decisions().back().unix_ms() == 10250);
   CHECK(loop.decisions().back().why().find("issued version 3") == 0);
+}
+
+// A host's reading is the best of a window's probes: one that misses
+// its fast probes for a moment reads low, and back within as soon as the
+// next one comes. That is one move that flickered, not a new one each
+// time: the wait runs from when it first moved, until it has read back
+// within for a whole window.
+TEST_CASE("a host that flickers across update_rate does not restart the wait", "[policy]") {
+  struct Run {
+    PolicyJob job = TwoHostJob("job-flicker", 20);
+    LinkTable links;
+    PolicyLoop loop;
+  };
+  // Settled at 5 of 20 chunks on h0 (1e6) and 15 on h1 (3e6); h1 drops
+  // at 9000 and is probed fast once more at 9200.
+  auto run = [](Run* r) {
+    r->job.update_time_ms = 4000;
+    r->job.host_of["w2"] = "h2";
+    REQUIRE(!r->loop.Tick(r->job, r->links, 0));
+    REQUIRE(r->links.Record("p0", Link("w2", "p0", 1e6), 200).ok());
+    REQUIRE(r->links.Record("w2", Link("p1", "w2", 3e6), 200).ok());
+    std::optional<v1::Policy> plan = r->loop.Tick(r->job, r->links, 4150);
+    REQUIRE(plan.has_value());
+    REQUIRE(plan->server_chunks(0) == 5);
+    r->job.plan_settled_ms = 4600;
+    r->job.measure_window_ms = 1000;
+    for (int64_t ms = 7500; ms <= 11000; ms += 500) {
+      REQUIRE(r->links.Record("p0", Link("w2", "p0", 1e6), ms).ok());
+    }
+    REQUIRE(r->links.Record("w2", Link("p1", "w2", 3e6), 7900).ok());
+    CHECK(!r->loop.Tick(r->job, r->links, 8750));
+    CHECK(r->loop.last_decision().find("within 0.1") != std::string::npos);
+    REQUIRE(r->links.Record("w2", Link("p1", "w2", 1e6), 8900).ok());
+    CHECK(!r->loop.Tick(r->job, r->links, 9000));
+    CHECK(r->loop.last_decision().find("the last 0 s ago") != std::string::npos);
+    REQUIRE(r->links.Record("w2", Link("p1", "w2", 3e6), 9200).ok());
+    CHECK(!r->loop.Tick(r->job, r->links, 9250));
+    CHECK(r->loop.last_decision().find("within 0.1") != std::string::npos);
+  };
+  {
+    // Its node's estimate drops again once the fast probe is a window
+    // old: a window after it first moved, the map is made.
+    Run r;
+    run(&r);
+    for (int64_t ms : {9500, 9750, 10000}) CHECK(!r.loop.Tick(r.job, r.links, ms));
+    REQUIRE(r.links.Record("w2", Link("p1", "w2", 1e6), 10200).ok());
+    std::optional<v1::Policy> plan = r.loop.Tick(r.job, r.links, 10250);
+    REQUIRE(plan.has_value());
+    CHECK(plan->server_chunks(0) == 10);
+  }
+  {
+    // Probed fast for a whole window, it stopped moving; a drop after
+    // that is a new move, and waits a window of its own.
+    Run r;
+    run(&r);
+    REQUIRE(r.links.Record("w2", Link("p1", "w2", 3e6), 10000).ok());
+    for (int64_t ms : {9500, 9750, 10000, 10250, 10500, 10750}) {
+      CHECK(!r.loop.Tick(r.job, r.links, ms));
+    }
+    REQUIRE(r.links.Record("w2", Link("p1", "w2", 1e6), 10900).ok());
+    CHECK(!r.loop.Tick(r.job, r.links, 11000));
+    CHECK(r.loop.last_decision().find("the last 0 s ago") != std::string::npos);
+  }
 }
 
 TEST_CASE("the predicted transfer is ADLB's slowest node", "[policy]") {
