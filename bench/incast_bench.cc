@@ -75,6 +75,7 @@ struct Flags {
   // see every datagram), on for loopback runs (as the daemons' default).
   int64_t offload = 0;
   int64_t packet_bytes = 1400;
+  int64_t local_rings = 0;  // shared-memory rings to peers on this host: 0 off, 1 on
 };
 
 [[noreturn]] void Usage(const std::string& why) {
@@ -88,7 +89,7 @@ struct Flags {
                "  --ack_every=16 --room=1 --ack_prefix=1 --ack_echo=1 --auth=1 --egress_share=1\n"
                "  --cap_lift=1 (A/B of the endpoint's delayed ACKs, room restarts, ACK prefix,\n"
                "  ACK echo, authentication, egress fair share, cap lift)\n"
-               "  --offload=0 (UDP GSO/GRO) --packet_bytes=1400\n",
+               "  --offload=0 (UDP GSO/GRO) --packet_bytes=1400 --local_rings=0\n",
                why.c_str());
   std::exit(2);
 }
@@ -141,6 +142,8 @@ Flags Parse(int argc, char** argv) {
       ok = absl::SimpleAtoi(v, &f.offload) && (f.offload == 0 || f.offload == 1);
     } else if (k == "packet_bytes") {
       ok = absl::SimpleAtoi(v, &f.packet_bytes) && f.packet_bytes >= 128 && f.packet_bytes <= 65000;
+    } else if (k == "local_rings") {
+      ok = absl::SimpleAtoi(v, &f.local_rings) && (f.local_rings == 0 || f.local_rings == 1);
     } else if (k == "trace") {
       ok = absl::SimpleAtob(v, &f.trace);
     } else {
@@ -187,6 +190,7 @@ transport::EndpointConfig EndpointFor(const Flags& f) {
   c.gro = f.offload == 1;
   c.packet_bytes = uint32_t(f.packet_bytes);
   c.congestion.packet_bytes = c.packet_bytes;
+  c.local_rings = f.local_rings == 1;
   c.tcp_congestion = f.tcp_cc;
   c.early_close.slack_us = uint32_t(f.slack_ms * 1000);
   c.early_close.min_fraction = f.min_delivered;
@@ -302,6 +306,7 @@ int RunServer(const Flags& f) {
       "\"undone_rounds\":%llu,\"congestion_rounds\":%llu,\"standing_queue_rounds\":%llu,"
       "\"startup_restarts\":%llu,\"send_buffer_waits\":%llu,\"datagrams_received\":%llu,"
       "\"datagrams_sent\":%llu,\"acks_sent\":%llu,\"acks_received\":%llu,"
+      "\"ring_datagrams_received\":%llu,\"ring_datagrams_sent\":%llu,"
       "\"ingress_mbps\":%.1f,\"lt_ms\":[%s],\"peers\":%s}\n",
       done ? "true" : "false", (unsigned long long)s.rounds_complete,
       (unsigned long long)s.rounds_by_deadline, (unsigned long long)s.partial_pushes,
@@ -313,7 +318,8 @@ int RunServer(const Flags& f) {
       (unsigned long long)es.standing_queue_rounds, (unsigned long long)es.startup_restarts,
       (unsigned long long)es.send_buffer_waits, (unsigned long long)es.datagrams_received,
       (unsigned long long)es.datagrams_sent, (unsigned long long)es.acks_sent,
-      (unsigned long long)es.acks_received, es.ingress_bps / 1e6, LtJson(es).c_str(),
+      (unsigned long long)es.acks_received, (unsigned long long)es.local_rings.datagrams_received,
+      (unsigned long long)es.local_rings.datagrams_sent, es.ingress_bps / 1e6, LtJson(es).c_str(),
       PeersJson(es).c_str());
   return done ? 0 : 1;
 }

@@ -22,9 +22,11 @@ absl_libs=$(pkg-config --libs absl_status absl_statusor absl_strings absl_str_fo
 targets=(
   "wire_fuzz|$transport/fuzz/seeds|$transport/fuzz/wire_fuzz.cc $transport/wire.cc||"
   "tcp_frames_fuzz||$transport/fuzz/tcp_frames_fuzz.cc $transport/tcp_frames.cc||"
+  # A local ring's reader against any writer's indices and records.
+  "local_ring_fuzz||$transport/fuzz/local_ring_fuzz.cc $transport/local_ring.cc|$absl_libs|"
   # The whole endpoint on a simulated network. No single allocation may
   # pass 64 MiB: the budgets it runs with (4 MiB in all) allow far less.
-  "endpoint_fuzz||$transport/fuzz/endpoint_fuzz.cc $transport/endpoint.cc $transport/endpoint_send.cc $transport/endpoint_recv.cc $transport/endpoint_ack.cc $transport/congestion.cc $transport/early_close.cc $transport/wire.cc $transport/datagram_socket.cc $transport/udp_socket.cc $transport/sim_network.cc lib/base/net_address.cc lib/base/json_writer.cc lib/base/escape.cc $transport/packet_auth.cc $transport/ghash.cc|$absl_libs -lcrypto -lsodium|-malloc_limit_mb=64 -rss_limit_mb=2048"
+  "endpoint_fuzz||$transport/fuzz/endpoint_fuzz.cc $transport/endpoint.cc $transport/endpoint_send.cc $transport/endpoint_recv.cc $transport/endpoint_ack.cc $transport/congestion.cc $transport/early_close.cc $transport/wire.cc $transport/datagram_socket.cc $transport/udp_socket.cc $transport/local_ring.cc $transport/sim_network.cc lib/base/net_address.cc lib/base/json_writer.cc lib/base/escape.cc $transport/packet_auth.cc $transport/ghash.cc|$absl_libs -lcrypto -lsodium|-malloc_limit_mb=64 -rss_limit_mb=2048"
 )
 
 status=0

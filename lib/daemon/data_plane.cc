@@ -26,6 +26,13 @@ void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* c) {
                "Send runs of equal-sized datagrams with UDP GSO (off where a shaper or filter on "
                "this host must see each datagram before the device segments it).");
   schema->Bool("data_gro", &c->data_gro, "Receive coalesced runs of datagrams with UDP GRO.");
+  schema->Bool("data_local_rings", &c->data_local_rings,
+               "Send to peers on this host (in 127/8, or at the IP data_listen binds) through "
+               "shared-memory rings in /dev/shm, UDP for the rest (docs/local-rings.md).");
+  schema->Int("data_local_ring_bytes", &c->data_local_ring_bytes,
+              "Each local ring's size (a power of two), reserved in /dev/shm per peer this "
+              "node sends to; what does not fit goes by UDP.",
+              64 << 10, 1 << 30);
   schema->Int("data_recv_peer_bytes_max", &c->data_recv_peer_bytes_max,
               "Receive state (open flows, TCP buffers) one peer can make this node hold; past it "
               "its datagrams are dropped as over_budget.",
@@ -80,6 +87,12 @@ absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
   ec.socket_buffer_bytes = static_cast<size_t>(c.data_socket_buffer_bytes);
   ec.gso = c.data_gso;
   ec.gro = c.data_gro;
+  ec.local_rings = c.data_local_rings;
+  ec.local_ring_bytes = uint64_t(c.data_local_ring_bytes);
+  if ((ec.local_ring_bytes & (ec.local_ring_bytes - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data_local_ring_bytes (", c.data_local_ring_bytes, ") is not a power of two"));
+  }
   ec.recv_peer_bytes_max = uint64_t(c.data_recv_peer_bytes_max);
   ec.recv_bytes_max = uint64_t(c.data_recv_bytes_max);
   ec.peer_forget_ms = uint32_t(c.data_peer_forget_ms);
@@ -251,6 +264,27 @@ TransportMetrics::TransportMetrics(prometheus::Registry& r, const std::string& p
                     .Register(r);
   flows_sent_ = &flows.Add({{"direction", "sent"}});
   flows_received_ = &flows.Add({{"direction", "received"}});
+  auto& ring = prometheus::BuildCounter()
+                   .Name(p + "_data_local_ring_datagrams_total")
+                   .Help(
+                       "Datagrams through shared-memory rings to peers on this host, by "
+                       "direction (included in _data_datagrams_total).")
+                   .Register(r);
+  ring_sent_ = &ring.Add({{"direction", "sent"}});
+  ring_received_ = &ring.Add({{"direction", "received"}});
+  auto& rings = prometheus::BuildCounter()
+                    .Name(p + "_data_local_rings_total")
+                    .Help(
+                        "Shared-memory rings: created (to a peer), attached (from a peer), "
+                        "refused (an offer that failed a check), broken (an attached ring "
+                        "that broke its layout), full (a datagram sent by UDP for want of "
+                        "room).")
+                    .Register(r);
+  rings_created_ = &rings.Add({{"event", "created"}});
+  rings_attached_ = &rings.Add({{"event", "attached"}});
+  rings_refused_ = &rings.Add({{"event", "refused"}});
+  rings_broken_ = &rings.Add({{"event", "broken"}});
+  ring_full_ = &rings.Add({{"event", "full"}});
   retransmissions_ = &prometheus::BuildCounter()
                           .Name(p + "_data_retransmissions_total")
                           .Help("DATA packets sent again after being declared lost.")
@@ -398,6 +432,15 @@ void TransportMetrics::Update(const transport::EndpointStats& s) {
   AdvanceCounter(flows_sent_, s.flows_sent, &last_.flows_sent);
   AdvanceCounter(flows_received_, s.flows_received, &last_.flows_received);
   AdvanceCounter(retransmissions_, s.retransmissions, &last_.retransmissions);
+  const transport::LocalRingStats& lr = s.local_rings;
+  transport::LocalRingStats& was = last_.local_rings;
+  AdvanceCounter(ring_sent_, lr.datagrams_sent, &was.datagrams_sent);
+  AdvanceCounter(ring_received_, lr.datagrams_received, &was.datagrams_received);
+  AdvanceCounter(ring_full_, lr.ring_full, &was.ring_full);
+  AdvanceCounter(rings_created_, lr.rings_created, &was.rings_created);
+  AdvanceCounter(rings_attached_, lr.rings_attached, &was.rings_attached);
+  AdvanceCounter(rings_refused_, lr.rings_refused, &was.rings_refused);
+  AdvanceCounter(rings_broken_, lr.rings_broken, &was.rings_broken);
   recv_state_->Set(static_cast<double>(s.recv_state_bytes));
   for (size_t i = 1; i < size_t(transport::DropReason::kCount); ++i) {
     AdvanceCounter(drops_[i - 1], s.drops[i], &last_.drops[i]);

@@ -28,6 +28,9 @@ struct DataPlaneConfig {
   int64_t data_socket_buffer_bytes = 8 << 20;
   bool data_gso = true;  // UDP_SEGMENT on send (udp_socket.h)
   bool data_gro = true;  // UDP_GRO on receive
+  // Shared-memory rings to peers on this host (local_ring.h).
+  bool data_local_rings = true;
+  int64_t data_local_ring_bytes = 16 << 20;
   bool data_tcp = true;  // also listen for kernel-TCP flows (transport: tcp) on the same port
   // Receive memory senders can make the node hold (recv_budget.h).
   int64_t data_recv_peer_bytes_max = 64ll << 20;
@@ -126,6 +129,8 @@ class TransportMetrics {
       *cap_lift_rounds_, *undone_rounds_, *losses_timeout_, *losses_spurious_;
   std::vector<prometheus::Counter*> lossy_closes_;  // by CloseReason
   std::vector<prometheus::Counter*> drops_;         // by DropReason
+  prometheus::Counter *ring_sent_, *ring_received_, *ring_full_, *rings_created_, *rings_attached_,
+      *rings_refused_, *rings_broken_;
   prometheus::Family<prometheus::Gauge>* btlbw_;
   prometheus::Family<prometheus::Gauge>* rtprop_;
   prometheus::Family<prometheus::Gauge>* cwnd_;

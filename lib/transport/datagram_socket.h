@@ -59,6 +59,18 @@ struct InDatagram {
   uint64_t age_us = 0;
 };
 
+// What a socket that sends to peers on this host through shared memory
+// (local_ring.h) did; zeros for the others.
+struct LocalRingStats {
+  uint64_t datagrams_sent = 0;      // through rings
+  uint64_t datagrams_received = 0;  // through rings
+  uint64_t ring_full = 0;           // sent by UDP for want of room in a ring
+  uint64_t rings_created = 0;
+  uint64_t rings_attached = 0;
+  uint64_t rings_refused = 0;  // offers whose ring failed a check
+  uint64_t rings_broken = 0;   // attached rings that broke the layout
+};
+
 class DatagramSocket {
  public:
   virtual ~DatagramSocket() = default;
@@ -77,6 +89,7 @@ class DatagramSocket {
   // way becomes receivable without fd() saying so; UINT64_MAX: none (a
   // kernel socket: poll fd()).
   virtual uint64_t next_arrival_us() const { return UINT64_MAX; }
+  virtual LocalRingStats local_ring_stats() const { return {}; }
 };
 
 }  // namespace transport

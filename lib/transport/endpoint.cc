@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
 #include "lib/transport/endpoint_internal.h"
+#include "lib/transport/local_ring.h"
 #include "lib/transport/udp_socket.h"
 
 namespace hetps {
@@ -165,6 +166,13 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(const EndpointConfig&
     auto sock = UdpSocket::Create(config.bind, so);
     if (!sock.ok()) return sock.status();
     e->impl_->socket = std::move(*sock);
+    if (config.local_rings) {
+      LocalRingOptions lo;
+      lo.ring_bytes = config.local_ring_bytes;
+      auto rings = LocalRingSocket::Create(std::move(e->impl_->socket), lo);
+      if (!rings.ok()) return rings.status();
+      e->impl_->socket = std::move(*rings);
+    }
   }
   e->local_ = e->impl_->socket->local();
   e->impl_->self = e->local_;
@@ -347,6 +355,7 @@ void Endpoint::Impl::Finish() {
 
 void Endpoint::Impl::Publish() {
   EndpointStats s = stats;
+  s.local_rings = socket->local_ring_stats();
   s.congestion_rounds = retired.congestion_rounds;
   s.standing_queue_rounds = retired.standing_queue_rounds;
   s.undone_rounds = retired.undone_rounds;

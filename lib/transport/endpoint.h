@@ -81,6 +81,11 @@ struct EndpointConfig {
   // every datagram as its own packet before the device segments it.
   bool gso = true;
   bool gro = true;
+  // Datagrams to peers on this host through shared-memory rings
+  // (local_ring.h) of this many bytes each, UDP for the rest. Both ends
+  // must have it on; an end without it reads each offer as a bad datagram.
+  bool local_rings = false;
+  uint64_t local_ring_bytes = 16ull << 20;
   uint32_t send_flows_max = 4096;
   uint32_t recv_flows_max = 4096;
   // Memory senders can make this endpoint hold (open receive flows; TCP:
@@ -349,6 +354,7 @@ struct EndpointStats {
   uint64_t send_buffer_waits = 0;         // sends that found the socket buffer full
   uint64_t ingress_bps = 0;               // measured receive rate (shared-link LT)
   uint64_t recv_state_bytes = 0;          // charged to the receive budget now
+  LocalRingStats local_rings;             // EndpointConfig::local_rings
   std::array<uint64_t, static_cast<size_t>(DropReason::kCount)> drops{};
   std::vector<PeerEstimate> peers;
   std::vector<LinkEstimate> links;
