@@ -82,8 +82,9 @@ struct EndpointConfig {
   bool gso = true;
   bool gro = true;
   // Datagrams to peers on this host through shared-memory rings
-  // (local_ring.h) of this many bytes each, UDP for the rest. Both ends
-  // must have it on; an end without it reads each offer as a bad datagram.
+  // (local_ring.h) of this many bytes each, UDP for the rest. Rings
+  // engage only where both ends have it on; an end without it counts each
+  // offer as a bad datagram and is sent to by UDP.
   bool local_rings = false;
   uint64_t local_ring_bytes = 16ull << 20;
   uint32_t send_flows_max = 4096;

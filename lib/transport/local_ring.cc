@@ -185,7 +185,11 @@ struct LocalRingSocket::Out {
   uint64_t nonce = 0;
   bool ok = false;        // false: creating it failed; retry after retry_us
   bool attached = false;  // the peer attached (read from the ring)
-  bool touched = false;   // written in this SendBatch
+  // In this SendBatch: listed in used_ (not to be dropped before it
+  // ends), written to, found full (the rest of the batch goes by UDP).
+  bool used = false;
+  bool wrote = false;
+  bool full = false;
   uint64_t retry_us = 0;
   uint64_t created_us = 0;
   uint64_t offered_us = 0;
@@ -264,8 +268,8 @@ void LocalRingSocket::SendNote(const Peer& to, uint32_t kind, uint64_t nonce) {
 
 LocalRingSocket::Out* LocalRingSocket::OutRing(const Peer& to, uint64_t now) {
   std::unique_ptr<Out>& slot = out_[to];
-  // (Not one written in this SendBatch: `touched_` holds it.)
-  if (slot != nullptr && slot->ok && slot->attached && !slot->touched && !slot->ring.empty()) {
+  // (Not one this SendBatch used: `used_` holds it.)
+  if (slot != nullptr && slot->ok && slot->attached && !slot->used && !slot->ring.empty()) {
     // A peer that stopped reading (it restarted, or stalled) loses the
     // ring; what was in it is resent by the endpoint, by UDP.
     const uint64_t tail = slot->ring.tail();
@@ -329,26 +333,38 @@ LocalRingSocket::Out* LocalRingSocket::OutRing(const Peer& to, uint64_t now) {
 
 int LocalRingSocket::SendBatch(const OutDatagram* d, size_t n) {
   const uint64_t now = NowUs();
-  std::vector<Out*>& touched = touched_;
-  touched.clear();
+  used_.clear();
+  // The ring that takes a datagram to `to`, or none (UDP). A ring found
+  // full takes nothing more in this batch, so what follows to that peer
+  // joins the kernel's run instead of going one datagram at a time.
   auto ring_for = [&](const Peer& to) -> Out* {
     if (!IsLocal(to)) return nullptr;
     Out* o = OutRing(to, now);
-    return o != nullptr && o->attached ? o : nullptr;
+    if (o == nullptr || !o->attached) return nullptr;
+    if (o->full) {
+      ++stats_.ring_full;
+      return nullptr;
+    }
+    return o;
+  };
+  auto use = [&](Out* o) {
+    if (!o->used) used_.push_back(o);
+    o->used = true;
   };
   size_t i = 0;
   int result = 0;
   while (i < n) {
     Out* o = ring_for(d[i].to);
     if (o != nullptr) {
+      use(o);
       if (o->ring.Write(d[i].head, d[i].head_len, d[i].body, d[i].body_len, now)) {
         ++stats_.datagrams_sent;
-        if (!o->touched) touched.push_back(o);
-        o->touched = true;
+        o->wrote = true;
         ++i;
         continue;
       }
       ++stats_.ring_full;
+      o->full = true;
     }
     // A run for the kernel: up to the next datagram a ring takes.
     size_t j = i + 1;
@@ -361,9 +377,9 @@ int LocalRingSocket::SendBatch(const OutDatagram* d, size_t n) {
     i += size_t(sent);
     if (i < j) break;  // no room in the socket now
   }
-  for (Out* o : touched) {
-    o->touched = false;
-    if (o->ring.TakeSleeping()) SendNote(o->to, kNoteRing, o->nonce);
+  for (Out* o : used_) {
+    if (o->wrote && o->ring.TakeSleeping()) SendNote(o->to, kNoteRing, o->nonce);
+    o->used = o->wrote = o->full = false;
   }
   return result < 0 ? result : int(i);
 }

@@ -128,7 +128,7 @@ class LocalRingSocket final : public DatagramSocket {
   absl::flat_hash_map<Peer, std::unique_ptr<Out>> out_;
   absl::flat_hash_map<Peer, std::unique_ptr<In>> in_;
   std::vector<InDatagram> udp_in_;
-  std::vector<Out*> touched_;  // SendBatch's rings written to
+  std::vector<Out*> used_;  // the rings SendBatch used
   LocalRingStats stats_;
 };
 

@@ -162,6 +162,25 @@ std::vector<std::string> Receive(LocalRingSocket& s, size_t n, std::vector<Peer>
   return got;
 }
 
+// A ring file as another process of this user would leave it: `mode`,
+// the smallest capacity, `nonce`, written by `writer` (Init records the
+// caller; the header keeps the writer's pid at byte 28).
+void MakeRingFile(const std::string& name, mode_t mode, uint64_t nonce, pid_t writer) {
+  const size_t bytes = ShmRing::kRingHeaderBytes + ShmRing::kCapacityMin;
+  shm_unlink(name.c_str());
+  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, mode);
+  REQUIRE(fd >= 0);
+  fchmod(fd, mode);  // past the umask
+  REQUIRE(ftruncate(fd, off_t(bytes)) == 0);
+  void* addr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  REQUIRE(addr != MAP_FAILED);
+  close(fd);
+  ShmRing::Init(addr, ShmRing::kCapacityMin, nonce);
+  const uint32_t pid = uint32_t(writer);
+  std::memcpy(static_cast<uint8_t*>(addr) + 28, &pid, 4);
+  munmap(addr, bytes);
+}
+
 // Equal lists of datagrams (not printed: they are large).
 bool Same(const std::vector<std::string>& got, const std::vector<std::string>& want) {
   UNSCOPED_INFO("got " << got.size() << " datagrams, want " << want.size());
@@ -237,18 +256,8 @@ TEST_CASE("real sockets: offers of rings that fail a check are refused", "[local
   CHECK(b->local_ring_stats().rings_refused == 1);
   // A ring others could write (mode 0644), then one with another nonce.
   const std::string name = LocalRingName(geteuid(), b->local(), (*forger)->local());
-  const size_t bytes = ShmRing::kRingHeaderBytes + ShmRing::kCapacityMin;
   for (mode_t mode : {mode_t(0644), mode_t(0600)}) {
-    shm_unlink(name.c_str());
-    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, mode);
-    REQUIRE(fd >= 0);
-    fchmod(fd, mode);
-    REQUIRE(ftruncate(fd, off_t(bytes)) == 0);
-    void* addr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    REQUIRE(addr != MAP_FAILED);
-    close(fd);
-    ShmRing::Init(addr, ShmRing::kCapacityMin, 77);
-    munmap(addr, bytes);
+    MakeRingFile(name, mode, 77, getpid());
     note(mode == 0644 ? 77 : 78);
   }
   CHECK(b->local_ring_stats().rings_refused == 3);
@@ -313,20 +322,6 @@ TEST_CASE("rings of writers that are gone are swept from /dev/shm", "[local_ring
   REQUIRE(child >= 0);
   if (child == 0) _exit(0);
   REQUIRE(waitpid(child, nullptr, 0) == child);
-  const size_t bytes = ShmRing::kRingHeaderBytes + ShmRing::kCapacityMin;
-  auto make = [&](const std::string& name, pid_t writer) {
-    shm_unlink(name.c_str());
-    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    REQUIRE(fd >= 0);
-    REQUIRE(ftruncate(fd, off_t(bytes)) == 0);
-    void* addr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    REQUIRE(addr != MAP_FAILED);
-    close(fd);
-    ShmRing::Init(addr, ShmRing::kCapacityMin, 1);
-    const uint32_t pid = uint32_t(writer);
-    std::memcpy(static_cast<uint8_t*>(addr) + 28, &pid, 4);
-    munmap(addr, bytes);
-  };
   Peer to, gone_from, live_from;
   to.ip = gone_from.ip = live_from.ip = htonl(0x7f000001);
   to.port = htons(uint16_t(getpid()));  // apart from parallel runs of this test
@@ -334,8 +329,8 @@ TEST_CASE("rings of writers that are gone are swept from /dev/shm", "[local_ring
   live_from.port = htons(3);
   const std::string gone = LocalRingName(geteuid(), to, gone_from);
   const std::string live = LocalRingName(geteuid(), to, live_from);
-  make(gone, child);
-  make(live, getpid());
+  MakeRingFile(gone, 0600, 1, child);
+  MakeRingFile(live, 0600, 1, getpid());
   SweepLocalRings(geteuid());
   CHECK(shm_open(gone.c_str(), O_RDONLY, 0) < 0);
   const int fd = shm_open(live.c_str(), O_RDONLY, 0);
