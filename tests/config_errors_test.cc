@@ -2,10 +2,13 @@
 // stderr naming the key or file and exits 2; good configuration follows
 // flag > file > default.
 #include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -89,7 +92,50 @@ TEST_CASE("bad flags") {
   for (const char* d : kDaemons) {
     ExpectConfigError({Binary(d), "--no_such_flag=1"}, "unknown flag --no_such_flag");
     ExpectConfigError({Binary(d), "--log_level=loud"}, "flag --log_level");
+    ExpectConfigError({Binary(d), "--cpu_affinity=0-x"},
+                      absl::StrCat(d, ": config error: cpu_affinity: bad CPU list item \"0-x\""));
   }
+  // CPU 1023 is on no machine these tests run on.
+  ExpectConfigError({Binary("psd"), "--cpu_affinity=0,1023"},
+                    "cpu_affinity: CPU 1023 is not one this process may run on");
+}
+
+TEST_CASE("a daemon pinned by cpu_affinity runs every thread there") {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  REQUIRE(sched_getaffinity(0, sizeof(allowed), &allowed) == 0);
+  int last = -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) last = c;
+  }
+  REQUIRE(last >= 0);
+  const std::string dir = TempDir("cfg_pinned");
+  const std::string ready = dir + "/ready.json";
+  absl::StatusOr<Process> p =
+      Process::Start({Binary("schedd"), "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+                      "--insecure", "--state_dir=" + dir + "/state", "--ready_file=" + ready,
+                      absl::StrCat("--cpu_affinity=", last)},
+                     dir, "schedd");
+  REQUIRE(p.ok());
+  REQUIRE(WaitFor([&] { return access(ready.c_str(), F_OK) == 0; }, absl::Seconds(30)));
+  // Every thread the daemon started (gRPC's, the metrics server's) inherited it.
+  int threads = 0;
+  for (const auto& t :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", p->pid(), "/task"))) {
+    std::ifstream status(t.path() / "status");
+    std::string line;
+    std::string list;
+    while (std::getline(status, line)) {
+      if (line.rfind("Cpus_allowed_list:", 0) == 0)
+        list = line.substr(line.find_first_not_of(" \t", 18));
+    }
+    INFO(t.path() << " " << list);
+    CHECK(list == absl::StrCat(last));
+    ++threads;
+  }
+  CHECK(threads > 1);
+  p->Signal(SIGTERM);
+  CHECK(p->Wait(absl::Seconds(30)) == 0);
 }
 
 TEST_CASE("port in use, control and metrics") {

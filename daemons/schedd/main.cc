@@ -11,5 +11,5 @@ int main(int argc, char** argv) {
          if (!d.ok()) return d.status();
          return std::unique_ptr<hetps::Daemon>(std::move(*d));
        },
-       [&] { return config.common.log_level; }});
+       [&]() -> const hetps::CommonConfig& { return config.common; }});
 }

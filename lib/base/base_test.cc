@@ -1,5 +1,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -7,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "lib/base/clock.h"
 #include "lib/base/escape.h"
@@ -144,6 +147,52 @@ TEST_CASE("sysinfo reports this machine") {
   CHECK(UsableCpuCores() >= 1);
   CHECK(PhysicalMemoryBytes() > (64u << 20));
   CHECK_FALSE(Hostname().empty());
+}
+
+TEST_CASE("CPU lists parse like taskset -c and are refused when malformed", "[base]") {
+  auto cpus = ParseCpuList("8,0-3,2,10-11");
+  REQUIRE(cpus.ok());
+  CHECK(*cpus == std::vector<int>{0, 1, 2, 3, 8, 10, 11});
+  CHECK(FormatCpuList(*cpus) == "0-3,8,10-11");
+  CHECK(*ParseCpuList("1") == std::vector<int>{1});
+  CHECK(ParseCpuList("1023").ok());
+  for (const char* bad : {"", ",", "1,", "-1", "1-", "3-1", "1024", "0-1024", "+1", " 1", "1 ", "a",
+                          "0x1", "1--2", "99999"}) {
+    INFO(bad);
+    CHECK_FALSE(ParseCpuList(bad).ok());
+  }
+  CHECK(ParseCpuList("3-1").status().message() == "CPU range 3-1 runs backwards");
+  CHECK(ParseCpuList(std::string(20000, '1')).status().message() == "CPU list too long");
+}
+
+TEST_CASE("PinToCpus confines the thread and the threads it starts", "[base]") {
+  // In a thread of its own, so the test runner keeps its mask.
+  std::thread([] {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    REQUIRE(sched_getaffinity(0, sizeof(allowed), &allowed) == 0);
+    int first = -1;
+    int missing = -1;
+    for (int c = 0; c < kCpuMax; ++c) {
+      if (CPU_ISSET(c, &allowed) && first < 0) first = c;
+      if (!CPU_ISSET(c, &allowed)) missing = c;
+    }
+    REQUIRE(first >= 0);
+    if (missing >= 0) {
+      absl::Status s = PinToCpus({missing});
+      CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+      CHECK(s.message().find("is not one this process may run on") != absl::string_view::npos);
+    }
+    REQUIRE(PinToCpus({first}).ok());
+    CHECK(UsableCpuCores() == 1);
+    std::thread([first] {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
+      CHECK(CPU_COUNT(&set) == 1);
+      CHECK(CPU_ISSET(first, &set));
+    }).join();
+  }).join();
 }
 
 TEST_CASE("untrusted text: control, bidi and invalid bytes become visible escapes", "[base]") {

@@ -20,6 +20,11 @@ void DeclareCommonConfig(ConfigSchema* schema, CommonConfig* c) {
                  "once serving (for scripts and tests).");
   schema->Int("shutdown_grace_ms", &c->shutdown_grace_ms,
               "How long in-flight RPCs may run on shutdown before they are cancelled.", 0, 600000);
+  schema->String("cpu_affinity", &c->cpu_affinity,
+                 "CPUs every thread of this daemon runs on, as a Linux CPU list (\"1\", "
+                 "\"0-3,8\"); each must be one the process may use. Pinning each trainer to "
+                 "its own core keeps trainers sharing a host from taking turns on one. Empty: "
+                 "no pinning.");
   DeclareTlsConfig(schema, &c->tls);
 }
 

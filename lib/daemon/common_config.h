@@ -22,6 +22,8 @@ struct CommonConfig {
   // When set, a JSON file with the bound addresses is written once serving.
   std::string ready_file;
   int64_t shutdown_grace_ms = 2000;
+  // Empty: wherever the kernel (or the unit's CPUAffinity=) lets it run.
+  std::string cpu_affinity;
   TlsConfig tls;  // the control plane's TLS and tokens (security.h)
 };
 

@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "lib/base/escape.h"
 #include "lib/base/log.h"
+#include "lib/base/sysinfo.h"
 #include "lib/daemon/service_notify.h"
 
 namespace hetps {
@@ -44,8 +45,19 @@ int RunDaemon(int argc, char** argv, const DaemonSpec& spec) {
     return 0;
   }
 
-  // Every thread created from here on inherits the mask; only sigtimedwait
-  // below takes these signals.
+  const CommonConfig& common = spec.common();
+  if (!common.cpu_affinity.empty()) {
+    absl::StatusOr<std::vector<int>> cpus = ParseCpuList(common.cpu_affinity);
+    absl::Status pinned = cpus.ok() ? PinToCpus(*cpus) : cpus.status();
+    if (!pinned.ok()) {
+      std::fprintf(stderr, "%s: config error: cpu_affinity: %s\n", spec.name,
+                   std::string(pinned.message()).c_str());
+      return 2;
+    }
+  }
+
+  // Every thread created from here on inherits the CPU and signal masks;
+  // only sigtimedwait below takes these signals.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -54,7 +66,7 @@ int RunDaemon(int argc, char** argv, const DaemonSpec& spec) {
   signal(SIGPIPE, SIG_IGN);
 
   LogLevel level = LogLevel::kInfo;
-  ParseLogLevel(spec.log_level(), &level);
+  ParseLogLevel(common.log_level, &level);
   LogSink sink(stderr, level);
   DaemonEnv env;
   env.log_sink = &sink;

@@ -2,7 +2,9 @@
 //   1. declare config keys, parse --config FILE and flags (flag > file >
 //      default); --help and --print-config print and exit 0; a config error
 //      prints one line "<daemon>: config error: ..." and exits 2;
-//   2. block SIGTERM/SIGINT in every thread (they are taken with sigwait);
+//   2. pin to cpu_affinity's CPUs (a bad list is a config error), block
+//      SIGTERM/SIGINT (taken with sigwait): both before any thread starts,
+//      so every thread inherits them;
 //   3. Create + Start the daemon; a start-up error (port in use, ...) prints
 //      one line "<daemon>: ..." and exits 2;
 //   4. wait for SIGTERM/SIGINT or an Admin.Drain request; then Shutdown()
@@ -16,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "lib/config/config.h"
+#include "lib/daemon/common_config.h"
 #include "lib/daemon/node_runtime.h"
 
 namespace hetps {
@@ -36,8 +39,8 @@ struct DaemonSpec {
   // Validates cross-key constraints of the parsed config.
   std::function<absl::Status()> validate_config;
   std::function<absl::StatusOr<std::unique_ptr<Daemon>>(const DaemonEnv&)> create;
-  // The config's log_level, read after parsing.
-  std::function<std::string()> log_level;
+  // The parsed config's common part (log_level, cpu_affinity).
+  std::function<const CommonConfig&()> common;
 };
 
 int RunDaemon(int argc, char** argv, const DaemonSpec& spec);
