@@ -45,6 +45,9 @@ struct OutDatagram {
   size_t head_len = 0;
   const uint8_t* body = nullptr;
   size_t body_len = 0;
+  // false: not authenticated, so it may only go through a private channel
+  // (DatagramSocket::PrivateTo), never onto the network.
+  bool sealed = true;
 };
 
 struct InDatagram {
@@ -57,6 +60,9 @@ struct InDatagram {
   // takes many datagrams at once, and their arrival spacing, which times
   // a flow (FlowResult), is only here.
   uint64_t age_us = 0;
+  // It came through a private channel (a local ring: only this user's
+  // processes can write one), not from the network.
+  bool private_channel = false;
 };
 
 // What a socket that sends to peers on this host through shared memory
@@ -76,8 +82,13 @@ class DatagramSocket {
   virtual ~DatagramSocket() = default;
   virtual Peer local() const = 0;
   // Sends d[0..n) in order; returns how many left (fewer when the socket
-  // has no room now), or a negative errno.
+  // has no room now, or when the next is unsealed and its private channel
+  // has no room or is gone), or a negative errno.
   virtual int SendBatch(const OutDatagram* d, size_t n) = 0;
+  // Whether a datagram to `to` would now go through a private channel,
+  // which needs no tag: only this user's processes can write one, and they
+  // are inside the trust boundary (docs/security.md).
+  virtual bool PrivateTo(const Peer& /*to*/) const { return false; }
   // Receives what is waiting, without blocking; the views stay valid until
   // the next RecvBatch. Returns the number of messages (0: nothing; the
   // socket's batch_max: more may be waiting), or a negative errno.

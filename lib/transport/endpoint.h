@@ -356,6 +356,8 @@ struct EndpointStats {
   uint64_t ingress_bps = 0;               // measured receive rate (shared-link LT)
   uint64_t recv_state_bytes = 0;          // charged to the receive budget now
   LocalRingStats local_rings;             // EndpointConfig::local_rings
+  uint64_t datagrams_sent_untagged = 0;   // through a private channel (a ring), no tag
+  uint64_t datagrams_tagged_late = 0;     // meant for a ring without room: tagged, sent again
   std::array<uint64_t, static_cast<size_t>(DropReason::kCount)> drops{};
   std::vector<PeerEstimate> peers;
   std::vector<LinkEstimate> links;

@@ -672,6 +672,12 @@ TEST_CASE("real sockets: a 4 MB flow arrives exactly through a local ring", "[en
   CHECK(got.local_rings.datagrams_received <= sent.local_rings.datagrams_sent);
   // The ACKs came back through the server's own ring to the client.
   CHECK(got.local_rings.datagrams_sent > 0);
+  // Through the rings without tags, and none refused for it.
+  CHECK(sent.datagrams_sent_untagged > 0);
+  CHECK(sent.datagrams_sent_untagged <= sent.local_rings.datagrams_sent);
+  CHECK(got.datagrams_sent_untagged > 0);
+  CHECK(got.drops[size_t(DropReason::kForged)] == 0);
+  CHECK(sent.drops[size_t(DropReason::kForged)] == 0);
 }
 
 }  // namespace

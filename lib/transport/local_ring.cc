@@ -366,9 +366,12 @@ int LocalRingSocket::SendBatch(const OutDatagram* d, size_t n) {
       ++stats_.ring_full;
       o->full = true;
     }
-    // A run for the kernel: up to the next datagram a ring takes.
+    // No tag: the network never sees it; the caller seals it and sends again.
+    if (!d[i].sealed) break;
+    // A run for the kernel: up to the next datagram a ring takes (or that
+    // only a ring may take).
     size_t j = i + 1;
-    while (j < n && ring_for(d[j].to) == nullptr) ++j;
+    while (j < n && d[j].sealed && ring_for(d[j].to) == nullptr) ++j;
     const int sent = inner_->SendBatch(d + i, j - i);
     if (sent < 0) {
       if (i == 0) result = sent;
@@ -382,6 +385,13 @@ int LocalRingSocket::SendBatch(const OutDatagram* d, size_t n) {
     o->used = o->wrote = o->full = false;
   }
   return result < 0 ? result : int(i);
+}
+
+bool LocalRingSocket::PrivateTo(const Peer& to) const {
+  auto it = out_.find(to);
+  if (it == out_.end() || it->second == nullptr || !it->second->ok) return false;
+  const Out& o = *it->second;
+  return (o.attached || o.ring.attached()) && !o.full;
 }
 
 void LocalRingSocket::HandleNote(const Peer& from, const uint8_t* data, size_t len) {
@@ -466,6 +476,7 @@ int LocalRingSocket::RecvBatch(std::vector<InDatagram>* out) {
       uint64_t sent_us = 0;
       if (!in->ring.Read(&in->cursor, &d.data, &d.len, &sent_us, &in->broken)) break;
       d.from = peer;
+      d.private_channel = true;
       d.age_us = sent_us <= now && now - sent_us <= kRxAgeMaxUs ? now - sent_us : 0;
       out->push_back(d);
     }

@@ -11,8 +11,10 @@
 // a process of the same user (which could ptrace this one) can create or
 // write one. Its contents are still checked like datagrams from the
 // network: indices bounded by the ring before any read, lengths by
-// kDatagramBytesMax, a ring that breaks a rule is dropped and counted;
-// every datagram is authenticated by the endpoint as before.
+// kDatagramBytesMax, a ring that breaks a rule is dropped and counted. An
+// attached ring is a private channel (PrivateTo): its file is unlinked, so
+// only the two processes that mapped it can write it, and the endpoint
+// sends through it without tags (a tag costs as much as the copy).
 //
 // Not thread-safe: one owner thread (the endpoint's).
 #ifndef HETPS_LIB_TRANSPORT_LOCAL_RING_H_
@@ -109,6 +111,7 @@ class LocalRingSocket final : public DatagramSocket {
   int fd() const override { return inner_->fd(); }
   int SendBatch(const OutDatagram* d, size_t n) override;
   int RecvBatch(std::vector<InDatagram>* out) override;
+  bool PrivateTo(const Peer& to) const override;
   uint64_t next_arrival_us() const override;
   LocalRingStats local_ring_stats() const override { return stats_; }
 

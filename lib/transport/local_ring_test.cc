@@ -235,6 +235,77 @@ TEST_CASE("real sockets: datagrams to a peer on this host go through a ring", "[
   CHECK(a->local_ring_stats().ring_full > 0);
 }
 
+// An untagged (unsealed) datagram may only go through a ring: SendBatch
+// stops before one it cannot put in a ring, and never hands it to UDP.
+TEST_CASE("real sockets: untagged datagrams go through a ring or not at all", "[local_ring]") {
+  auto a = Open(), b = Open();
+  const std::string s0 = Bytes(800, 1), u0 = Bytes(900, 2);
+  auto out = [&](const std::string& d, bool sealed) {
+    return OutDatagram{b->local(),
+                       reinterpret_cast<const uint8_t*>(d.data()),
+                       4,
+                       reinterpret_cast<const uint8_t*>(d.data()) + 4,
+                       d.size() - 4,
+                       sealed};
+  };
+  // No ring yet: the tagged one goes by UDP (with the offer), the untagged
+  // one waits.
+  CHECK_FALSE(a->PrivateTo(b->local()));
+  std::vector<OutDatagram> batch = {out(s0, true), out(u0, false)};
+  REQUIRE(a->SendBatch(batch.data(), batch.size()) == 1);
+  std::vector<InDatagram> in;
+  std::vector<std::string> got;
+  std::vector<bool> private_channel;
+  pollfd pfd{b->fd(), POLLIN, 0};
+  auto take = [&] {
+    REQUIRE(b->RecvBatch(&in) >= 0);
+    for (const InDatagram& d : in) {
+      got.emplace_back(reinterpret_cast<const char*>(d.data), d.len);
+      private_channel.push_back(d.private_channel);
+    }
+  };
+  for (int k = 0; k < 200 && (got.empty() || b->local_ring_stats().rings_attached == 0); ++k) {
+    take();
+    if (in.empty()) poll(&pfd, 1, 10);
+  }
+  CHECK(Same(got, {s0}));
+  CHECK(private_channel == std::vector<bool>{false});
+  REQUIRE(b->local_ring_stats().rings_attached == 1);
+  // Attached: a private channel; untagged and tagged alike go through it.
+  CHECK(a->PrivateTo(b->local()));
+  CHECK_FALSE(b->PrivateTo(a->local()));  // b has sent nothing: no ring of its own
+  const std::string u1 = Bytes(1200, 3), s1 = Bytes(1300, 4);
+  batch = {out(u0, false), out(s1, true), out(u1, false)};
+  REQUIRE(a->SendBatch(batch.data(), batch.size()) == 3);
+  got.clear();
+  private_channel.clear();
+  for (int k = 0; k < 200 && got.size() < 3; ++k) {
+    take();
+    if (in.empty()) poll(&pfd, 1, 10);
+  }
+  CHECK(Same(got, {u0, s1, u1}));
+  CHECK(private_channel == std::vector<bool>(3, true));
+  // More untagged than the ring (1 MiB) holds: SendBatch stops where it
+  // fills; nothing went by UDP.
+  std::vector<std::string> many;
+  for (int k = 0; k < 20; ++k) many.push_back(Bytes(60000, uint8_t(k)));
+  batch.clear();
+  for (const std::string& d : many) batch.push_back(out(d, false));
+  const uint64_t ring_before = a->local_ring_stats().datagrams_sent;
+  const int sent = a->SendBatch(batch.data(), batch.size());
+  CHECK(sent > 0);
+  CHECK(sent < 20);
+  CHECK(a->local_ring_stats().datagrams_sent == ring_before + uint64_t(sent));
+  got.clear();
+  private_channel.clear();
+  for (int k = 0; k < 200 && got.size() < size_t(sent); ++k) {
+    take();
+    if (in.empty()) poll(&pfd, 1, 10);
+  }
+  CHECK(Same(got, std::vector<std::string>(many.begin(), many.begin() + sent)));
+  CHECK(private_channel == std::vector<bool>(size_t(sent), true));
+}
+
 TEST_CASE("real sockets: offers of rings that fail a check are refused", "[local_ring]") {
   auto b = Open();
   UdpSocketOptions uo;

@@ -211,9 +211,13 @@ void PacketAuth::Seal(const Peer& self, uint8_t* head, const uint8_t* body, size
   if (!Tag(self, head, body, body_len, head + kTagOffset)) std::abort();
 }
 
+DropReason PacketAuth::CheckKey(const Header& h) const {
+  return key_.set && h.key_id == key_.id ? DropReason::kNone : DropReason::kStaleKey;
+}
+
 DropReason PacketAuth::Verify(const Peer& from, const Header& h, const uint8_t* head,
                               const uint8_t* body, size_t body_len) {
-  if (!key_.set || h.key_id != key_.id) return DropReason::kStaleKey;
+  if (CheckKey(h) != DropReason::kNone) return DropReason::kStaleKey;
   if (ctx_ == nullptr) return DropReason::kNone;  // not authenticating
   const SenderKey sk{from, h.sender};
   auto it = windows_.find(sk);

@@ -118,6 +118,10 @@ class PacketAuth {
   // Writes the tag of an encoded header (whose key_id, sender and
   // packet_number this endpoint set) and its payload, sent from `self`.
   void Seal(const Peer& self, uint8_t* head, const uint8_t* body, size_t body_len);
+  // Checks a datagram that came through a private channel
+  // (DatagramSocket::PrivateTo), which carries no tag: kNone, or kStaleKey
+  // when it is not under the current key (a finished job's).
+  DropReason CheckKey(const Header& h) const;
   // Checks a decoded datagram that came from `from`: kNone, or why not
   // (kStaleKey, kReplayed, kForged, kOverBudget). `head` is its first
   // kHeaderBytes, `body` its payload.
