@@ -22,7 +22,8 @@
 #   --job       job spec to submit (default deploy/jobs/mlp.yaml); repeatable
 #   --repeat    submit the job list N times (default 1)
 #   --keep      keep the cluster running after the job, until Ctrl-C
-#   --refresh   seconds between progress updates (default 2)
+#   --refresh   seconds between progress updates (default 2; a job's end is
+#               seen within a second either way)
 #   --port      schedd's control port; metrics ports follow (default 7070)
 #   --out       logs (default out/cluster)
 #   --trace     write round traces of psd and workerd to DIR (docs/tracing.md)
@@ -63,11 +64,17 @@ while [ $# -gt 0 ]; do
     --worker-flag) worker_flags+=("$2"); shift 2 ;;
     --bin) prebuilt=$2; shift 2 ;;
     --no-pin) pin=0; shift ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "run-cluster: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 [ ${#jobs[@]} -gt 0 ] || jobs=(deploy/jobs/mlp.yaml)
+case "$refresh" in ''|*[!0-9.]*|.*|*.*.*) refresh=x ;; esac
+awk -v r="$refresh" 'BEGIN { exit !(r + 0 >= 0.1) }' ||
+  { echo "run-cluster: --refresh needs seconds (at least 0.1), e.g. 2 or 0.5" >&2; exit 2; }
+refresh_s=${refresh%.*}  # whole seconds between progress updates
+poll=1
+[ "$refresh_s" -ge 1 ] || poll=$refresh
 case "$repeat" in ''|*[!0-9]*|0) echo "run-cluster: --repeat needs a positive number" >&2; exit 2 ;; esac
 case "$workers" in ''|*[!0-9]*|0) echo "run-cluster: --workers needs a positive number" >&2; exit 2 ;; esac
 for f in "${worker_flags[@]}"; do
@@ -233,10 +240,15 @@ run_job() {  # run_job SPEC K N
   echo "run-cluster: submitting $spec ($k/$n)"
   id=$(psctl job submit "$spec" | sed -nE 's/^submitted ([^ ]+).*/\1/p')
   state=""
+  local shown=$SECONDS
   while true; do
-    sleep "$refresh"
+    # The end is noticed within a second; progress shows every --refresh.
+    sleep "$poll"
     json=$(psctl job status "$id" -o json 2>/dev/null || true)
     state=$(sed -nE 's/.*"state":"([a-z]+)".*/\1/p' <<<"${json%%\"nodes\"*}")
+    case "$state" in succeeded|failed|cancelled) break ;; esac
+    [ $((SECONDS - shown)) -ge "$refresh_s" ] || continue
+    shown=$SECONDS
     if [ -t 1 ]; then
       clear
       echo "hetps local cluster: schedd $schedd_addr   logs: $out/   (Ctrl-C stops)"
@@ -252,7 +264,6 @@ run_job() {  # run_job SPEC K N
         "$state" "$it" "${loss:-0}" "$(awk -v a="${acc:--1}" 'BEGIN{if (a<0) print "-"; else printf "%.2f%%", 100*a}')" \
         "${sps:-0}"
     fi
-    case "$state" in succeeded|failed|cancelled) break ;; esac
   done
   echo
   psctl job status "$id" || true
