@@ -172,15 +172,16 @@ start() {  # start DAEMON NODE_ID [flags...]
 # path MTU (1400 by default).
 data_flags=(--data_packet_bytes=32848)
 
-# Trainers that take turns on a core run at the scheduler's whim; a core
-# each keeps them steady.
+# A trainer that shares its core with the other trainer, or is moved
+# between cores, loses compute time and cache to it; a core each avoids
+# both (docs/jobs.md).
 cpus=()
 for r in $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status | tr ',' ' '); do
   for c in $(seq "${r%-*}" "${r#*-}"); do cpus+=("$c"); done
 done
 # With cores to spare, schedd and the psds share those; without, psd K
-# runs beside worker K (each core then carries the same load, where
-# floating psds crowd one trainer or the other: 7% faster on two cores).
+# runs beside worker K, so each core carries the same load where floating
+# psds can crowd one trainer and leave the other idle.
 worker_cpu=()
 rest_flags=()
 psd_cpu=()
