@@ -33,15 +33,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-# Debian's interpreter: the one python3-torch installs into (a python3
-# earlier on PATH, e.g. pyenv's, would not see it).
-py=/usr/bin/python3
-if ! "$py" -c 'import torch' 2>/dev/null; then
-  echo "peer: installing python3-torch (Debian) for the DDP baseline ..."
-  sudo_cmd=""
-  [ "$(id -u)" -eq 0 ] || sudo_cmd=sudo
-  $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch >/dev/null
-fi
+# shellcheck source=bench/torch-env.sh
+source bench/torch-env.sh
 
 out=$(mktemp -d /tmp/hetps-peer.XXXXXX)
 trap 'rm -rf "$out"' EXIT

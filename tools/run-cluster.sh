@@ -18,7 +18,7 @@
 # usage: tools/run-cluster.sh [--job FILE]... [--repeat N] [--keep]
 #                             [--refresh SECONDS] [--port BASE] [--out DIR]
 #                             [--trace DIR] [--workers N] [--worker-flag NODE=FLAG]...
-#                             [--bin DIR] [--no-pin]
+#                             [--bin DIR] [--no-pin] [--between CMD]
 #   --job       job spec to submit (default deploy/jobs/mlp.yaml); repeatable
 #   --repeat    submit the job list N times (default 1)
 #   --keep      keep the cluster running after the job, until Ctrl-C
@@ -37,6 +37,9 @@
 #               machine has a core per trainer, workerd K runs on the K-th
 #               (cpu_affinity) and schedd and psd on the cores left, or,
 #               with none left, psd K beside workerd K
+#   --between   run CMD (bash -c) before each job, while the cluster idles;
+#               a failing CMD stops the run (exit 1). bench/ten-jobs.sh runs
+#               its baseline there, so both see the machine at the same time
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,6 +54,7 @@ workers=2
 worker_flags=()
 prebuilt=""
 pin=1
+between=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --job) jobs+=("$2"); shift 2 ;;
@@ -64,7 +68,8 @@ while [ $# -gt 0 ]; do
     --worker-flag) worker_flags+=("$2"); shift 2 ;;
     --bin) prebuilt=$2; shift 2 ;;
     --no-pin) pin=0; shift ;;
-    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
+    --between) between=$2; shift 2 ;;
+    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
     *) echo "run-cluster: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -299,6 +304,11 @@ k=0
 for _ in $(seq 1 "$repeat"); do
   for spec in "${jobs[@]}"; do
     k=$((k + 1))
+    if [ -n "$between" ] && ! bash -c "$between"; then
+      echo "run-cluster: --between command failed before job $k/$total: $between" >&2
+      all_ok=0
+      break 2
+    fi
     run_job "$spec" "$k" "$total"
     [ "$state" = succeeded ] || all_ok=0
     # Rank 0 (worker-0) saved the model; psctl job export fetches the same.
