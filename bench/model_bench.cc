@@ -7,7 +7,7 @@
 // forward, backward and step on the same models for comparison.
 //
 //   bazel run --config=opt //bench:model_bench -- [--iterations 200]
-//       [--backend cpu|cuda|auto] [--pageable]
+//       [--backend cpu|cuda|auto] [--model NAME] [--pageable]
 // --pageable leaves the host buffers pageable (the trainer page-locks
 // them: Backend::PinHost), to see what that is worth.
 #include <algorithm>
@@ -28,17 +28,21 @@
 int main(int argc, char** argv) {
   int iterations = 200;
   std::string backend_name = "cpu";
+  std::string only;  // one model, or every builtin one
   bool pin = true;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
       iterations = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
       backend_name = argv[++i];
+    } else if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
+      only = argv[++i];
     } else if (std::strcmp(argv[i], "--pageable") == 0) {
       pin = false;
     } else {
       std::fprintf(stderr,
-                   "usage: model_bench [--iterations N] [--backend cpu|cuda|auto] [--pageable]\n");
+                   "usage: model_bench [--iterations N] [--backend cpu|cuda|auto] [--model NAME] "
+                   "[--pageable]\n");
       return 2;
     }
   }
@@ -64,8 +68,14 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> y(batch);
   for (uint8_t& v : y) v = uint8_t(rng() % 10);
   std::printf("%-10s %12s %14s\n", "model", "params", "ms/iteration");
-  for (const std::string& name : hetps::train::BuiltinModelNames()) {
+  std::vector<std::string> names = hetps::train::BuiltinModelNames();
+  if (!only.empty()) names = {only};
+  for (const std::string& name : names) {
     auto spec = hetps::train::BuiltinModel(name);
+    if (!spec.ok()) {
+      std::fprintf(stderr, "model_bench: %s\n", std::string(spec.status().message()).c_str());
+      return 2;
+    }
     auto model = hetps::train::Model::Create(*spec, backend.get(), batch);
     if (!model.ok()) {
       std::fprintf(stderr, "%s: %s\n", name.c_str(), std::string(model.status().message()).c_str());

@@ -247,6 +247,10 @@ class CpuBackend final : public Backend {
   void MaxPool(const float* x, const Window2d& w, int batch, float* y, int32_t* argmax) override {
     const int oh = w.out_height(), ow = w.out_width();
     const size_t planes = static_cast<size_t>(batch) * w.channels;
+    if (w.kernel == 2 && w.stride == 2 && w.pad == 0) {
+      MaxPool2x2(x, w, planes, y, argmax);
+      return;
+    }
     for (size_t p = 0; p < planes; ++p) {
       const float* in = x + p * w.height * w.width;
       for (int oy = 0; oy < oh; ++oy) {
@@ -269,6 +273,31 @@ class CpuBackend final : public Backend {
           const size_t o = p * oh * ow + oy * ow + ox;
           y[o] = best;
           argmax[o] = best_i;
+        }
+      }
+    }
+  }
+  // The common 2x2 window, stride 2, no padding: no bounds tests, and the
+  // four candidates compared in the general loop's order (first largest
+  // wins), so both give the same outputs and the same argmax.
+  static void MaxPool2x2(const float* x, const Window2d& w, size_t planes, float* y,
+                         int32_t* argmax) {
+    const int oh = w.out_height(), ow = w.out_width(), width = w.width;
+    for (size_t p = 0; p < planes; ++p) {
+      const float* in = x + p * w.height * width;
+      float* out = y + p * oh * ow;
+      int32_t* arg = argmax + p * oh * ow;
+      for (int oy = 0; oy < oh; ++oy) {
+        const int r0 = 2 * oy * width, r1 = r0 + width;
+        for (int ox = 0; ox < ow; ++ox) {
+          const int i0 = r0 + 2 * ox, i1 = i0 + 1, i2 = r1 + 2 * ox, i3 = i2 + 1;
+          float best = in[i0];
+          int32_t best_i = i0;
+          if (in[i1] > best) best = in[i1], best_i = i1;
+          if (in[i2] > best) best = in[i2], best_i = i2;
+          if (in[i3] > best) best = in[i3], best_i = i3;
+          out[oy * ow + ox] = best;
+          arg[oy * ow + ox] = best_i;
         }
       }
     }
