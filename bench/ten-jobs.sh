@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Consecutive jobs on one cluster: does one job slow the next? Runs the
-# default job (deploy/jobs/mlp.yaml) N times on one local cluster
-# (tools/run-cluster.sh --repeat N) and, before each, the same job with
-# PyTorch DDP (bench/ddp_fashion.py, 2 processes; Debian's python3-torch,
-# installed here) while the cluster idles. DDP starts fresh processes each
+# default job (deploy/jobs/mlp.yaml, or --job FILE) N times on one local
+# cluster (tools/run-cluster.sh --repeat N) and, before each, the same
+# model, data and span with PyTorch DDP on the CPU (bench/ddp_fashion.py,
+# 2 processes; Debian's python3-torch, installed here where no python3
+# has torch) while the cluster idles. DDP starts fresh processes each
 # time, so its spread is what this machine's own variation gives a job of
 # this size in the same minutes; hetps' spread beyond it, or a rise over
 # the sequence, is state the cluster carries from job to job.
@@ -12,8 +13,10 @@
 # ratio, and the mean of the last three jobs over the first three (a
 # trend). Issue 22 asks for hetps' slowest <= 1.10x its fastest.
 #
-# usage: bench/ten-jobs.sh [--jobs N] [--bin DIR] [--out DIR] [--no-baseline]
+# usage: bench/ten-jobs.sh [--jobs N] [--job FILE] [--bin DIR] [--out DIR]
+#                          [--no-baseline]
 #   --jobs         jobs in the sequence (default 10)
+#   --job          the job spec (default deploy/jobs/mlp.yaml)
 #   --bin          prebuilt daemons (tools/run-cluster.sh --bin)
 #   --out          keep the cluster's logs and both sides' results in DIR
 #   --no-baseline  hetps only (no DDP runs, nothing installed)
@@ -21,6 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 jobs=10
+spec=deploy/jobs/mlp.yaml
 bin=()
 out=""
 baseline=1
@@ -30,11 +34,13 @@ while [ $# -gt 0 ]; do
     --bin) bin=(--bin "$2"); shift 2 ;;
     --out) out=$2; shift 2 ;;
     --no-baseline) baseline=0; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --job) spec=$2; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "ten-jobs: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 case "$jobs" in ''|*[!0-9]*|0|1) echo "ten-jobs: --jobs needs a number >= 2" >&2; exit 2 ;; esac
+[ -r "$spec" ] || { echo "ten-jobs: no job spec $spec" >&2; exit 2; }
 
 if [ -z "$out" ]; then
   out=$(mktemp -d /tmp/hetps-ten-jobs.XXXXXX)
@@ -44,16 +50,18 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 : >"$out/ddp.txt"
 
-spec=deploy/jobs/mlp.yaml
 between=()
 if [ "$baseline" -eq 1 ]; then
   # shellcheck source=bench/torch-env.sh
   source bench/torch-env.sh
+  field() { sed -nE "s/^$1:[[:space:]]*([^[:space:]#]+).*/\1/p" "$spec"; }
   span=$(sed -nE 's/^(epochs|iterations):[[:space:]]*([0-9]+).*/--\1 \2/p' "$spec")
-  batch=$(sed -nE 's/^batch_size:[[:space:]]*([0-9]+).*/\1/p' "$spec")
-  seed=$(sed -nE 's/^seed:[[:space:]]*([0-9]+).*/\1/p' "$spec")
-  between=(--between "$py bench/ddp_fashion.py --model mlp $span --workers 2 \
---batch ${batch:-64} --seed ${seed:-1} --port \$((29500 + RANDOM % 1000)) >>'$out/ddp.txt'")
+  model=$(field model) batch=$(field batch_size) seed=$(field seed) data=$(field dataset)
+  # The single quotes go into the command run-cluster runs (bash -c).
+  # shellcheck disable=SC2016
+  between=(--between "$py bench/ddp_fashion.py --model ${model:-mlp} $span --workers 2 \
+--batch ${batch:-64} --seed ${seed:-1} ${data:+--dataset '$data'} \
+--port \$((29500 + RANDOM % 1000)) >>'$out/ddp.txt'")
 fi
 
 echo "ten-jobs: $jobs jobs of $spec on one cluster$([ "$baseline" -eq 1 ] &&

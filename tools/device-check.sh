@@ -2,7 +2,8 @@
 # The checks a lent GPU machine is for, in one run (docs/build.md): the
 # GPU-tagged tests, trainer compute on the CPU and CUDA backends against
 # PyTorch on the same machine, and the default job on a local cluster with
-# CUDA trainers against the same job with CPU trainers. The machine has the
+# CUDA trainers against the same job with CPU trainers, then ten default
+# jobs on one cluster beside a DDP baseline. The machine has the
 # CUDA toolkit and PyTorch but no Bazel or apt, so everything of ours comes
 # from the bundle made here first:
 #
@@ -17,7 +18,7 @@
 # $OUT/device-check.tar.gz. A failing step is reported and the rest still
 # run. Exit status: the number of failed steps.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 out=${1:-out/device}
 rm -rf "$out" && mkdir -p "$out"
 if [ -f .device/bundle.tar.xz ]; then
@@ -73,6 +74,12 @@ done
 step cluster bash tools/run-cluster.sh --bin .device/bin --out "$out/cluster" --refresh 5 "${jobs[@]}"
 grep -E "run-cluster: job " "$out/cluster.log"
 grep -h 'event=training' "$out"/cluster/worker-*.log
+# Ten default jobs (CUDA trainers) on one cluster, each after a CPU DDP run
+# of the same job (bench/ten-jobs.sh): whether one job slows the next, on
+# a machine with cores to spare.
+step ten-jobs bash bench/ten-jobs.sh --bin .device/bin --job "$out/mlp-cuda.yaml" \
+  --out "$out/ten-jobs"
+tail -16 "$out/ten-jobs.log"
 echo "device-check: $failed failed"
 [ -n "${OUT:-}" ] && tar -czf "$OUT/device-check.tar.gz" --exclude='*-checkpoints' --exclude='*-models' --exclude='schedd-state' -C "$(dirname "$out")" "$(basename "$out")"
 exit "$failed"
