@@ -190,6 +190,18 @@ TEST_CASE("batched convolutions give the per-sample path's loss and gradients", 
 // The CPU backend copies whole in-bounds runs of a row (InsideRange);
 // checked against the definition for pads and strides the built-in models
 // do not use.
+// A window over 7x9 planes: odd sizes, so strides leave edges over.
+Window2d Window7x9(int channels, int kernel, int stride, int pad) {
+  Window2d w;
+  w.channels = channels;
+  w.height = 7;
+  w.width = 9;
+  w.kernel = kernel;
+  w.stride = stride;
+  w.pad = pad;
+  return w;
+}
+
 TEST_CASE("cpu im2col and col2im match their definition for any pad and stride", "[model]") {
   std::unique_ptr<Backend> be = NewCpuBackend();
   std::mt19937 rng(3);
@@ -197,13 +209,7 @@ TEST_CASE("cpu im2col and col2im match their definition for any pad and stride",
   for (int stride : {1, 2, 3}) {
     for (int pad : {0, 1, 2, 4}) {
       for (int kernel : {1, 3, 5}) {
-        Window2d w;
-        w.channels = 2;
-        w.height = 7;
-        w.width = 9;
-        w.kernel = kernel;
-        w.stride = stride;
-        w.pad = pad;
+        const Window2d w = Window7x9(2, kernel, stride, pad);
         if (w.out_height() <= 0 || w.out_width() <= 0) continue;
         const int oh = w.out_height(), ow = w.out_width();
         const size_t cols = size_t(oh) * ow, rows = size_t(w.channels) * kernel * kernel;
@@ -261,13 +267,7 @@ TEST_CASE("cpu max-pool matches its definition, ties to the first largest", "[mo
   for (int kernel : {1, 2, 3}) {
     for (int stride : {1, 2, 3}) {
       for (int pad : {0, 1}) {
-        Window2d w;
-        w.channels = 3;
-        w.height = 7;
-        w.width = 9;
-        w.kernel = kernel;
-        w.stride = stride;
-        w.pad = pad;
+        const Window2d w = Window7x9(3, kernel, stride, pad);
         if (pad >= kernel || w.out_height() <= 0 || w.out_width() <= 0) continue;
         const int oh = w.out_height(), ow = w.out_width(), batch = 2;
         const size_t plane = size_t(w.height) * w.width, planes = size_t(batch) * w.channels;
