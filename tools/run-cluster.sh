@@ -299,6 +299,7 @@ PY
 }
 
 all_ok=1
+state=none  # the last job's state
 total=$(( ${#jobs[@]} * repeat ))
 k=0
 for _ in $(seq 1 "$repeat"); do
