@@ -84,7 +84,7 @@ if not hetps or min(hetps) <= 0:
 print(f"{'job':>4} {'hetps train_s':>14} {'DDP s (before)':>15} {'ratio':>7}")
 for k, h in enumerate(hetps):
     d = ddp[k] if k < len(ddp) else None
-    print(f"{k + 1:>4} {h:>14.2f} {d if d is None else f'{d:.2f}':>15} "
+    print(f"{k + 1:>4} {h:>14.2f} {'-' if d is None else f'{d:.2f}':>15} "
           f"{'-' if d is None else f'{h / d:.3f}':>7}")
 
 def spread(xs):
