@@ -1,9 +1,9 @@
 // permute_sim: bench/adaptive.sh --part permute's scenario for schedd's
-// policy loop in simulated time (daemons/schedd/closed_loop.h): ideal
-// max-min readings, optionally with seeded noise; about a second. Per
-// change: when the rounds came within 10% of ADLB's map for the true
-// rates (3 in a row), against the live goal of 2 update periods + 1
-// round, and the plans that took effect.
+// policy loop in simulated time (daemons/schedd/closed_loop.h), so a run
+// takes a fraction of a second: ideal max-min readings, optionally with
+// seeded noise. Per change: when the rounds came within 10% of ADLB's map
+// for the true rates (3 in a row), against the live goal of 2 update
+// periods + 1 round, and the plans that took effect.
 //
 //   bazel run --config=opt //bench:permute_sim -- [--rates "100 50 25 10"]
 //       [--period_s 60] [--changes 4] [--update_time_s 5] [--noise 0]

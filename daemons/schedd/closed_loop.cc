@@ -35,8 +35,9 @@ class Cluster {
  public:
   explicit Cluster(const PermutationOptions& o) : o_(o), rng_(o.seed) {
     hosts_ = int(o.rates_mbit.size());
-    for (int h = 0; h < 2 * hosts_; ++h) cap_.push_back(Bps(o.rates_mbit[h / 2]));
-    net_ = std::make_unique<sim::FlowNetwork>(cap_);
+    std::vector<double> cap;  // link 2h: host h's uplink, 2h + 1 its downlink
+    for (int h = 0; h < 2 * hosts_; ++h) cap.push_back(Bps(o.rates_mbit[h / 2]));
+    net_ = std::make_unique<sim::FlowNetwork>(cap);
     job_.job_id = "sim";
     job_.load_policy = "adlb";
     job_.batch_size = job_.batch_max = 64;
@@ -82,12 +83,11 @@ class Cluster {
     pull_q_.assign(size_t(hosts_ * hosts_), {});
     busy_.assign(size_t(2 * hosts_ * hosts_), false);
     arrived_.assign(size_t(hosts_), {});
+    seg_bytes_.assign(size_t(hosts_), {});
     pulls_left_ = 0;
     for (int b = 0; b < hosts_; ++b) {
       const double share = kModelBytes * double(counts_[b]) / double(kChunks);
       const int n = int(std::ceil(share / kSegmentBytes));
-      seg_bytes_.resize(size_t(hosts_));
-      seg_bytes_[b].clear();
       for (int k = 0; k < n; ++k) {
         seg_bytes_[b].push_back(std::min(kSegmentBytes, share - k * kSegmentBytes));
       }
@@ -98,7 +98,6 @@ class Cluster {
         for (int k = 0; k < n; ++k) push_q_[a * hosts_ + b].push_back(k);
         Next(0, a, b);
       }
-      if (hosts_ == 1) pulls_left_ = 0;
     }
     while (pulls_left_ > 0) {
       for (int64_t tag : Advance(net_->NextCompletion())) Done(flows_[size_t(tag)]);
@@ -126,7 +125,6 @@ class Cluster {
   }
 
   void SetCounts(std::vector<int64_t> counts) { counts_ = std::move(counts); }
-  std::vector<int64_t> counts() const { return counts_; }
   uint64_t version() const { return version_; }
   double now() const { return net_->now(); }
 
@@ -242,7 +240,6 @@ class Cluster {
   PermutationOptions o_;
   std::mt19937 rng_;
   int hosts_ = 0;
-  std::vector<double> cap_;
   std::unique_ptr<sim::FlowNetwork> net_;
   PolicyJob job_;
   PolicyLoop loop_;
