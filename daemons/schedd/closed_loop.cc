@@ -20,6 +20,7 @@ namespace {
 constexpr int64_t kBaseMs = 1'800'000'000'000;  // simulated unix time at t = 0
 constexpr double kModelBytes = 235146 * 4.0;    // mlp
 constexpr int64_t kChunks = 58;                 // chunk_size 4096 floats
+constexpr double kChunkBytes = 4096 * 4.0;
 constexpr double kComputeS = 0.010;
 constexpr double kSegmentBytes = 65536;  // segment_bytes and probe_bytes
 constexpr double kBinS = 0.050;
@@ -45,6 +46,7 @@ class Cluster {
     job_.measure_window_ms =
         std::min<int64_t>(job_.update_time_ms, std::max<int64_t>(2000, job_.update_time_ms / 2));
     job_.num_chunks = kChunks;
+    job_.probe_chunks = int64_t(std::ceil(kSegmentBytes / kChunkBytes));  // as schedd
     for (int h = 0; h < hosts_; ++h) {
       job_.servers.push_back("psd-" + std::to_string(h));
       job_.workers.push_back("worker-" + std::to_string(h));

@@ -488,51 +488,50 @@ std::vector<size_t> LiftFedHosts(const PolicyJob& job, const std::vector<int64_t
   const size_t servers = job.servers.size();
   std::vector<size_t> lifted;
   if (chunks.size() != servers || rate->size() != servers) return lifted;
-  std::set<std::string> loaded;  // hosts whose psds hold chunks
-  std::set<std::string> psds;    // their psds
+  std::set<std::string> psds;           // psds that hold chunks
+  std::map<std::string, int64_t> held;  // chunks by host
   double fastest = 0;
   for (size_t s = 0; s < servers; ++s) {
     fastest = std::max(fastest, (*rate)[s]);
-    if (chunks[s] > 0) {
-      loaded.insert(job.HostOf(job.servers[s]));
-      psds.insert(job.servers[s]);
-    }
+    held[job.HostOf(job.servers[s])] += chunks[s];
+    if (chunks[s] > 0) psds.insert(job.servers[s]);
   }
-  // Each psd with chunks: its fastest link probed since from_ms into each
-  // other host.
-  std::map<std::pair<std::string, std::string>, double> feed;  // (psd, host)
+  // Hosts whose psds' flows are measured: fewer chunks than a probe's
+  // worth move in flows the meters ignore, and such a host, like one
+  // with none, shows only its worker's flows.
+  std::set<std::string> loaded;
+  for (const auto& [h, n] : held) {
+    if (n >= std::max<int64_t>(1, job.probe_chunks)) loaded.insert(h);
+  }
+  // Into each psd with chunks: each other host's workers' fastest push
+  // probed since from_ms.
+  const std::set<std::string> workers(job.workers.begin(), job.workers.end());
+  std::map<std::pair<std::string, std::string>, double> push;  // (psd, host)
   for (const v1::LinkReport& l : links.All()) {
-    if (psds.count(l.from_node_id()) == 0) continue;
+    if (psds.count(l.to_node_id()) == 0 || workers.count(l.from_node_id()) == 0) continue;
     if (l.measured_unix_ms() - int64_t(l.sample_age_ms()) < from_ms) continue;
-    const std::string to = job.HostOf(l.to_node_id());
-    if (to == job.HostOf(l.from_node_id())) continue;
-    double& f = feed[{l.from_node_id(), to}];
+    const std::string from = job.HostOf(l.from_node_id());
+    if (from == job.HostOf(l.to_node_id())) continue;
+    double& f = push[{l.to_node_id(), from}];
     f = std::max(f, l.throughput_bytes_per_second());
   }
   for (size_t s = 0; s < servers; ++s) {
     const std::string h = job.HostOf(job.servers[s]);
     if (loaded.count(h) > 0 || (*rate)[s] >= fastest) continue;
-    // Held by its feeders when every psd that fed it sent it about as
-    // fast as it sent any other host; its own link, when some psd sent
-    // it clearly slower than it sent another. Other idle hosts count as
-    // well as loaded ones: a loaded host's link also carries the pushes
-    // into its psd, so its pull can be as slow as a slow idle host's,
-    // while a fast idle host is fed as fast as its feeder can send.
-    int compared = 0;
-    bool held = true;
+    double into_sum = 0, others_sum = 0;
     for (const std::string& p : psds) {
-      auto into = feed.find({p, h});
-      if (into == feed.end()) continue;
+      auto into = push.find({p, h});
+      if (into == push.end()) continue;
       double others = 0;
-      for (auto it = feed.lower_bound({p, std::string()}); it != feed.end() && it->first.first == p;
+      for (auto it = push.lower_bound({p, std::string()}); it != push.end() && it->first.first == p;
            ++it) {
         if (it->first.second != h) others = std::max(others, it->second);
       }
       if (others <= 0) continue;
-      ++compared;
-      held = held && into->second >= (1 - job.update_rate) * others;
+      into_sum += into->second;
+      others_sum += others;
     }
-    if (compared > 0 && held) {
+    if (others_sum > 0 && into_sum >= kFedShare * others_sum) {
       (*rate)[s] = fastest;
       lifted.push_back(s);
     }
@@ -585,6 +584,7 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   if (current_.server_throughput_bytes_per_second_size() == int(servers)) {
     double moved = 0;
     int64_t latest_ms = 0;  // when the last host to move began to
+    int64_t first_ms = 0;   // when the first still moving began to
     moved_at_ms_.resize(servers, 0);
     back_at_ms_.resize(servers, 0);
     for (size_t s = 0; s < servers; ++s) {
@@ -603,6 +603,9 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
         if (now_ms - back_at_ms_[s] >= job.window_ms()) moved_at_ms_[s] = back_at_ms_[s] = 0;
       }
       latest_ms = std::max(latest_ms, moved_at_ms_[s]);
+      if (moved_at_ms_[s] != 0 && (first_ms == 0 || moved_at_ms_[s] < first_ms)) {
+        first_ms = moved_at_ms_[s];
+      }
     }
     if (moved <= job.update_rate) {
       *why = absl::StrCat("kept version ", current_.version(), ": every psd's throughput within ",
@@ -613,8 +616,16 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
     // faster readings before it are a window old. A map made at the first
     // move would read the hosts that dropped at their old rates, so it
     // waits until a whole window of readings has come in since the last
-    // host began to move (a move that was noise is gone by then).
-    if (now_ms - latest_ms < job.window_ms()) {
+    // host began to move (a move that was noise is gone by then), and no
+    // longer than kMoveWaitWindows past the first still moving: shares
+    // of a loaded link swing by more than update_rate, so some host may
+    // begin to move in every window, and a map wrong for the readings
+    // then stays until the rates change again. A change's first move
+    // shows after it, its last (a drop) a window after it: three windows
+    // past the first, the last window's readings are all from after the
+    // change, even where noise began a move up to two windows before it.
+    if (now_ms - latest_ms < job.window_ms() &&
+        now_ms - first_ms < kMoveWaitWindows * job.window_ms()) {
       *why = absl::StrCat("kept version ", current_.version(), ": throughputs moved (by up to ",
                           moved, "), the last ", (now_ms - latest_ms) / 1000.0,
                           " s ago, waiting for ", job.window_ms() / 1000.0, " s of readings since");

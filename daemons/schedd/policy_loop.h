@@ -166,17 +166,32 @@ absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTa
                                               int64_t now_ms, int64_t since_ms = 0,
                                               const std::vector<int64_t>* server_chunks = nullptr);
 
-// A host whose psds hold no chunks under the map in force (`chunks`) is
-// crossed only by its worker's flows: its pull, fed by the psds that hold
-// chunks. Where every psd that fed it, in links probed since from_ms,
-// sent it about as fast (within update_rate) as the fastest it sent any
-// other host, the feeders held it, not its own link, and it may be any
-// faster: its rate is lifted to the fastest host's, so the next map gives
-// it chunks and its link's own reading follows within a window
-// (exploration: under ADLB the host left without chunks is the one read
-// slowest, and read only through its feeders it would stay so). Where
-// some psd sent it clearly slower than another host, its own link held
-// it, and its reading stands. Returns the servers lifted. O(L log L + S^3).
+// A host whose psds hold fewer chunks than a probe's worth under the map
+// in force (`chunks`: none, or too few for their flows to be timed) shows
+// only its worker's flows: its pull from the psds that hold chunks and
+// its pushes into them. Where its workers' pushes into those psds, in
+// links probed since from_ms, came together to at least kFedShare of the
+// fastest push each psd took from another host, its own link did not
+// hold them, and it may be any faster: its rate is lifted to the fastest
+// host's, so the next map gives it chunks and its link's own reading
+// follows within a window (exploration: under ADLB the host left without
+// chunks is the one read slowest, and read only through its peers it
+// would stay so). Where they came clearly slower, its own link held them
+// (a psd shares its downlink max-min: a sender gets what the others get
+// unless its own link cannot carry it), and its reading stands. Returns
+// the servers lifted. O(L log L + S^3).
+//
+// Pushes, not pulls: a psd paces its broadcast so that its flows to all
+// workers end together (egress share, docs/ltp.md), so it sends a fast
+// idle host as slowly as the slowest one, and pulls told the two apart
+// only by chance. Sums over the psds, not each psd within update_rate:
+// one probe of one pair then decided, and single probes of shares are
+// tens of percent off. 3/4: a host held by its own link pushes at about
+// half the others' rate or less in the permutation scenario, but where
+// a psd's downlink is shared by several senders a slow host can keep up
+// with its share there, and 0.6 lifted a 10 Mbit/s host twice in one
+// live run (docs/awareness.md).
+constexpr double kFedShare = 0.75;
 std::vector<size_t> LiftFedHosts(const PolicyJob& job, const std::vector<int64_t>& chunks,
                                  const LinkTable& links, int64_t from_ms,
                                  std::vector<double>* rate);
@@ -197,6 +212,10 @@ class PolicyLoop {
   // period to every change. The batches, and the decisions kept for
   // psctl, stay once a period.
   static constexpr int64_t kLookMs = 250;
+
+  // A map waits for a window of readings since the last host began to
+  // move, but at most this many windows since the first did.
+  static constexpr int64_t kMoveWaitWindows = 3;
 
   // A new plan to issue (version > 1), or none: not due yet, the map in
   // force not measured for a whole period since it settled (below),

@@ -433,49 +433,93 @@ void Feed(LinkTable* t, const std::vector<std::tuple<std::string, std::string, d
   for (const auto& [from, to, r] : links) REQUIRE(t->Record(to, Link(from, to, r), 1000).ok());
 }
 
-// An idle host's worker pulls from the psds with chunks. Sent to as fast
-// as they send the other hosts, it was held by them and may be any
-// faster: it is taken as fast as the fastest host. Sent to clearly
-// slower, its own link held it.
-TEST_CASE("an idle host held by its feeders is taken as fast as the fastest", "[policy]") {
+// An idle host's worker pushes into the psds with chunks. Where those
+// took its pushes, together, at kFedShare of the fastest they took from
+// another host, its link did not hold them and may be any faster: it is
+// taken as fast as the fastest host. Taken clearly slower, its own link
+// held them.
+TEST_CASE("an idle host whose pushes went as fast as others' is taken as the fastest", "[policy]") {
   const PolicyJob job = FourHostJob();
   const std::vector<int64_t> chunks = {29, 29, 0, 0};
   LinkTable t;
-  // p0 sends w1 at 6, w2 at 6 (h2 fed as fast as h1), w3 at 2 (h3's own
-  // link is slower); p1 sends w0 at 5, w2 at 4.8, w3 at 2.
-  Feed(&t, {{"p0", "w1", 6},
-            {"p0", "w2", 6},
-            {"p0", "w3", 2},
-            {"p1", "w0", 5},
-            {"p1", "w2", 4.8},
-            {"p1", "w3", 2}});
+  // p0 takes w1 at 6, w2 at 6 (h2 as fast as h1), w3 at 2 (h3's own link
+  // is slower); p1 takes w0 at 5, w2 at 4.8, w3 at 2.
+  Feed(&t, {{"w1", "p0", 6},
+            {"w2", "p0", 6},
+            {"w3", "p0", 2},
+            {"w0", "p1", 5},
+            {"w2", "p1", 4.8},
+            {"w3", "p1", 2}});
   std::vector<double> rate = {40, 30, 12, 10};
   CHECK(LiftFedHosts(job, chunks, t, 500, &rate) == std::vector<size_t>{2});
   CHECK(rate == std::vector<double>{40, 30, 40, 10});
-  // One feeder that sent it slower is enough to say its link held it.
-  REQUIRE(t.Record("w2", Link("p1", "w2", 3), 1000).ok());
+  // One psd's probe of it read low does not decide: together they took
+  // 0.82 of the others.
+  REQUIRE(t.Record("p1", Link("w2", "p1", 3), 1000).ok());
+  rate = {40, 30, 12, 10};
+  CHECK(LiftFedHosts(job, chunks, t, 500, &rate) == std::vector<size_t>{2});
+  // Taken at half the others' rate: its own link held it.
+  REQUIRE(t.Record("p0", Link("w2", "p0", 3), 1000).ok());
+  REQUIRE(t.Record("p1", Link("w2", "p1", 2.5), 1000).ok());
   rate = {40, 30, 12, 10};
   CHECK(LiftFedHosts(job, chunks, t, 500, &rate).empty());
   // Links probed before from_ms say nothing; neither do hosts with chunks.
-  REQUIRE(t.Record("w2", Link("p1", "w2", 4.8), 1000).ok());
+  REQUIRE(t.Record("p0", Link("w2", "p0", 6), 1000).ok());
+  REQUIRE(t.Record("p1", Link("w2", "p1", 4.8), 1000).ok());
   CHECK(LiftFedHosts(job, chunks, t, 1001, &rate).empty());
   CHECK(LiftFedHosts(job, {1, 1, 1, 1}, t, 500, &rate).empty());
   CHECK(LiftFedHosts(job, {1, 1}, t, 500, &rate).empty());
 }
 
-// Another idle host counts too: a loaded host's link also carries the
-// pushes into its psd, so its pull is no faster than a slow idle host's;
-// an idle host fed faster says what the feeders could send.
-TEST_CASE("an idle host is compared with every host its feeders sent to", "[policy]") {
+// A psd paces its broadcast so that its flows end together: it sends
+// every worker as slowly as the slowest takes it, and an idle slow host's
+// pull reads like anyone's. Its pushes show its link.
+TEST_CASE("an idle host is not lifted by pulls that end together", "[policy]") {
   const PolicyJob job = FourHostJob();
   LinkTable t;
-  // h1 (loaded) and h2 (idle, slow) are fed alike; h3 (idle) twice as fast.
-  Feed(&t, {{"p0", "w1", 3},
-            {"p0", "w2", 3},
-            {"p0", "w3", 6},
-            {"p1", "w0", 3},
-            {"p1", "w2", 3},
-            {"p1", "w3", 6}});
+  Feed(&t, {{"p0", "w1", 5.5},
+            {"p0", "w2", 5.2},
+            {"p0", "w3", 5.6},
+            {"p1", "w0", 5.1},
+            {"p1", "w2", 5.0},
+            {"p1", "w3", 5.2},
+            {"w1", "p0", 12},
+            {"w2", "p0", 5.4},
+            {"w3", "p0", 48},
+            {"w0", "p1", 13},
+            {"w2", "p1", 5.7},
+            {"w3", "p1", 8.5}});
+  std::vector<double> rate = {36, 33, 10.7, 48};
+  CHECK(LiftFedHosts(job, {29, 29, 0, 0}, t, 500, &rate).empty());
+  CHECK(rate == std::vector<double>{36, 33, 10.7, 48});
+}
+
+// A psd with fewer chunks than a probe's worth moves flows the meters
+// ignore: its host shows only its worker's flows, as an idle one.
+TEST_CASE("a host with less than a probe's worth of chunks counts as idle", "[policy]") {
+  PolicyJob job = FourHostJob();
+  job.probe_chunks = 4;
+  LinkTable t;
+  Feed(&t, {{"w1", "p0", 6}, {"w2", "p0", 6}, {"w0", "p1", 5}, {"w2", "p1", 5}});
+  std::vector<double> rate = {40, 30, 12, 10};
+  CHECK(LiftFedHosts(job, {27, 28, 3, 0}, t, 500, &rate) == std::vector<size_t>{2});
+  rate = {40, 30, 12, 10};
+  CHECK(LiftFedHosts(job, {26, 28, 4, 0}, t, 500, &rate).empty());
+}
+
+// Another idle host counts too: a loaded host's link also carries its
+// psd's broadcast, so its worker's push is no faster than a slow idle
+// host's; an idle host whose pushes went faster says what the psds take.
+TEST_CASE("an idle host is compared with every host that pushed to the psds", "[policy]") {
+  const PolicyJob job = FourHostJob();
+  LinkTable t;
+  // h1 (loaded) and h2 (idle, slow) push alike; h3 (idle) twice as fast.
+  Feed(&t, {{"w1", "p0", 3},
+            {"w2", "p0", 3},
+            {"w3", "p0", 6},
+            {"w0", "p1", 3},
+            {"w2", "p1", 3},
+            {"w3", "p1", 6}});
   std::vector<double> rate = {40, 30, 12, 20};
   CHECK(LiftFedHosts(job, {29, 29, 0, 0}, t, 500, &rate) == std::vector<size_t>{3});
   CHECK(rate == std::vector<double>{40, 30, 12, 40});
@@ -596,6 +640,57 @@ TEST_CASE("a host that flickers across update_rate does not restart the wait", "
     CHECK(!r.loop.Tick(r.job, r.links, 11000));
     CHECK(r.loop.last_decision().find("the last 0 s ago") != std::string::npos);
   }
+}
+
+// Shares of a loaded link swing by more than update_rate: some host may
+// begin to move in every window. A map still comes kMoveWaitWindows
+// windows after the first move still in force began.
+TEST_CASE("hosts that keep beginning to move do not hold a map back", "[policy]") {
+  PolicyJob job;
+  job.job_id = "job-restless";
+  job.load_policy = "elastic";
+  job.update_time_ms = 4000;
+  job.num_chunks = 24;
+  for (int i = 0; i < 4; ++i) {
+    job.servers.push_back("p" + std::to_string(i));
+    job.host_of["p" + std::to_string(i)] = "h" + std::to_string(i);
+  }
+  job.host_of["w4"] = "h4";  // measures each psd's host apart
+  // h3 drops from 3e6 to 1e6 at 8900; h0, h1 and h2 each read 1.5e6 in
+  // one report every 2500 ms, in turn 750 ms apart: each such move ends
+  // a window after it, and the next host's begins within a window of the
+  // last, so a window since the last move never comes.
+  auto rate = [](int host, int64_t ms) {
+    if (host == 3) return ms < 8900 ? 3e6 : 1e6;
+    const int64_t first = 9250 + 750 * host;
+    return ms >= first && (ms - first) % 2500 == 0 ? 1.5e6 : 1e6;
+  };
+  const int64_t kMoveMs = 9000;  // the look that saw h3 drop
+  auto Run = [&]() {
+    LinkTable links;
+    PolicyLoop loop;
+    PolicyJob j = job;
+    std::optional<int64_t> issued;
+    for (int64_t ms = 0; ms <= 20000 && !issued; ms += 250) {
+      for (int h = 0; h < 4; ++h) {
+        REQUIRE(links.Record("w4", Link("p" + std::to_string(h), "w4", rate(h, ms)), ms).ok());
+      }
+      std::optional<v1::Policy> plan = loop.Tick(j, links, ms);
+      if (!plan) continue;
+      if (plan->version() == 2) {
+        REQUIRE(plan->server_chunks(3) == 12);
+        j.plan_settled_ms = ms + 250;
+        j.measure_window_ms = 1000;
+        continue;
+      }
+      CHECK(plan->server_chunks(3) < 12);
+      issued = ms;
+    }
+    return issued;
+  };
+  const std::optional<int64_t> at = Run();
+  REQUIRE(at.has_value());
+  CHECK(*at == kMoveMs + PolicyLoop::kMoveWaitWindows * 1000);
 }
 
 TEST_CASE("the predicted transfer is ADLB's slowest node", "[policy]") {
