@@ -483,8 +483,8 @@ absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTa
 }
 
 std::vector<size_t> LiftFedHosts(const PolicyJob& job, const std::vector<int64_t>& chunks,
-                                 const LinkTable& links, int64_t from_ms,
-                                 std::vector<double>* rate) {
+                                 const LinkTable& links, int64_t from_ms, std::vector<double>* rate,
+                                 std::vector<size_t>* own) {
   const size_t servers = job.servers.size();
   std::vector<size_t> lifted;
   if (chunks.size() != servers || rate->size() != servers) return lifted;
@@ -534,9 +534,21 @@ std::vector<size_t> LiftFedHosts(const PolicyJob& job, const std::vector<int64_t
     if (others_sum > 0 && into_sum >= kFedShare * others_sum) {
       (*rate)[s] = fastest;
       lifted.push_back(s);
+    } else if (own != nullptr && others_sum > 0 && into_sum < kOwnShare * others_sum) {
+      own->push_back(s);
     }
   }
   return lifted;
+}
+
+void ReadOwnLinks(const PolicyJob& job, const LinkTable& links, int64_t now_ms, int64_t since_ms,
+                  const std::vector<size_t>& own, std::vector<double>* rate) {
+  if (own.empty()) return;
+  absl::StatusOr<std::vector<double>> recent = HostRates(job, links, now_ms, since_ms);
+  if (!recent.ok() || recent->size() != rate->size()) return;
+  for (size_t s : own) {
+    if (s < rate->size()) (*rate)[s] = std::min((*rate)[s], (*recent)[s]);
+  }
 }
 
 bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_t now_ms,
@@ -576,8 +588,10 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
     *why = std::string(rate.status().message());
     return false;
   }
-  const std::vector<size_t> lifted =
-      LiftFedHosts(job, in_force, links, std::max(now_ms - job.window_ms(), since_ms), &*rate);
+  std::vector<size_t> own;
+  const std::vector<size_t> lifted = LiftFedHosts(
+      job, in_force, links, std::max(now_ms - job.window_ms(), since_ms), &*rate, &own);
+  ReadOwnLinks(job, links, now_ms, since_ms, own, &*rate);
   last_rates_ = *rate;
   // Measurement noise does not move chunks: only a host whose throughput
   // moved by more than update_rate since the plan in force was made.

@@ -191,10 +191,27 @@ absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTa
 // a psd's downlink is shared by several senders a slow host can keep up
 // with its share there, and 0.6 lifted a 10 Mbit/s host twice in one
 // live run (docs/awareness.md).
+//
+// `own`, when given, gets the idle servers whose hosts' pushes came to
+// under kOwnShare of the others': their own link held them, so their
+// readings are their link's (DecideLoad reads them over a window, as a
+// loaded host's, not over kIdlePeriods).
 constexpr double kFedShare = 0.75;
+constexpr double kOwnShare = 0.5;
 std::vector<size_t> LiftFedHosts(const PolicyJob& job, const std::vector<int64_t>& chunks,
-                                 const LinkTable& links, int64_t from_ms,
-                                 std::vector<double>* rate);
+                                 const LinkTable& links, int64_t from_ms, std::vector<double>* rate,
+                                 std::vector<size_t>* own = nullptr);
+
+// An idle host is read over kIdlePeriods (HostRates): its readings are
+// what its peers let through, lower bounds that swing with them. One
+// whose own link held its pushes (`own`, from LiftFedHosts) reads its
+// link, and a drop of it must show within a window, as a loaded host's
+// does: live, a host that went from 25 to 10 Mbit/s while idle still
+// read its old rate, and the next map gave it chunks. Each such server's
+// rate becomes its host's reading over the last window, where lower;
+// none changes while some host has no reading in the window.
+void ReadOwnLinks(const PolicyJob& job, const LinkTable& links, int64_t now_ms, int64_t since_ms,
+                  const std::vector<size_t>& own, std::vector<double>* rate);
 
 class PolicyLoop {
  public:

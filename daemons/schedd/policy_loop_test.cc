@@ -408,6 +408,12 @@ TEST_CASE("a host without chunks keeps its best reading for kIdlePeriods", "[pol
   REQUIRE(r.ok());
   CHECK((*r)[0] == 2e6);
   CHECK((*r)[1] == 0.5e6);
+  // Its own link held its pushes: it reads its window, as a loaded one.
+  r = HostRates(job, t, 2500, 0, &h1_idle);
+  REQUIRE(r.ok());
+  ReadOwnLinks(job, t, 2500, 0, {1}, &*r);
+  CHECK((*r)[1] == 0.5e6);
+  CHECK((*r)[0] == 1e6);
   // Past kIdlePeriods even an idle host reads only what is recent.
   REQUIRE(t.Record("w0", Link("w2", "w0", 1e6), 3900).ok());
   r = HostRates(job, t, 1000 + kIdlePeriods * 1000 + 1, 0, &h1_idle);
@@ -490,8 +496,10 @@ TEST_CASE("an idle host is not lifted by pulls that end together", "[policy]") {
             {"w2", "p1", 5.7},
             {"w3", "p1", 8.5}});
   std::vector<double> rate = {36, 33, 10.7, 48};
-  CHECK(LiftFedHosts(job, {29, 29, 0, 0}, t, 500, &rate).empty());
+  std::vector<size_t> own;
+  CHECK(LiftFedHosts(job, {29, 29, 0, 0}, t, 500, &rate, &own).empty());
   CHECK(rate == std::vector<double>{36, 33, 10.7, 48});
+  CHECK(own == std::vector<size_t>{2});  // its own link held its pushes
 }
 
 // A psd with fewer chunks than a probe's worth moves flows the meters
