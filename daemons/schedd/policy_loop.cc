@@ -715,8 +715,12 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   for (int o : *owners) next->add_chunk_server(uint32_t(o));
   *why = absl::StrCat(update->diff.chunks_moved, " of ", chunks, " chunks move");
   for (size_t k = 0; k < lifted.size(); ++k) {
-    absl::StrAppend(why, k == 0 ? "; held by their feeders, taken as fast as the fastest: " : ", ",
+    absl::StrAppend(why, k == 0 ? "; held by their peers, taken as fast as the fastest: " : ", ",
                     job.servers[lifted[k]]);
+  }
+  for (size_t k = 0; k < own.size(); ++k) {
+    absl::StrAppend(why, k == 0 ? "; idle, held by their own links, read over a window: " : ", ",
+                    job.servers[own[k]]);
   }
   return true;
 }
