@@ -186,11 +186,10 @@ absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTa
 // idle host as slowly as the slowest one, and pulls told the two apart
 // only by chance. Sums over the psds, not each psd within update_rate:
 // one probe of one pair then decided, and single probes of shares are
-// tens of percent off. 3/4: a host held by its own link pushes at about
-// half the others' rate or less in the permutation scenario, but where
-// a psd's downlink is shared by several senders a slow host can keep up
-// with its share there, and 0.6 lifted a 10 Mbit/s host twice in one
-// live run (docs/awareness.md).
+// tens of percent off. 3/4, not lower: a host held by its own link
+// pushes at about its rate over the others', but into a psd whose
+// downlink several senders share a slow host keeps up with its share,
+// and a lower bar lifts it (docs/awareness.md).
 //
 // `own`, when given, gets the idle servers whose hosts' pushes came to
 // under kOwnShare of the others': their own link held them, so their
@@ -206,10 +205,10 @@ std::vector<size_t> LiftFedHosts(const PolicyJob& job, const std::vector<int64_t
 // what its peers let through, lower bounds that swing with them. One
 // whose own link held its pushes (`own`, from LiftFedHosts) reads its
 // link, and a drop of it must show within a window, as a loaded host's
-// does: live, a host that went from 25 to 10 Mbit/s while idle still
-// read its old rate, and the next map gave it chunks. Each such server's
-// rate becomes its host's reading over the last window, where lower;
-// none changes while some host has no reading in the window.
+// does: read over kIdlePeriods, a host whose link dropped while it was
+// idle keeps its old rate, and the next map gives it chunks. Each such
+// server's rate becomes its host's reading over the last window, where
+// lower; none changes while some host has no reading in the window.
 void ReadOwnLinks(const PolicyJob& job, const LinkTable& links, int64_t now_ms, int64_t since_ms,
                   const std::vector<size_t>& own, std::vector<double>* rate);
 
