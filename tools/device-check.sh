@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317  # the steps are called by name, run_STEP
 # The checks a lent GPU machine is for, in one run (docs/build.md): the
 # GPU-tagged tests, trainer compute on the CPU and CUDA backends against
 # PyTorch on the same machine, and the default job on a local cluster with
@@ -12,13 +13,33 @@
 #     //lib/gpu:gpu_selftest_test //lib/train:backend_select_test \
 #     //lib/train:cuda_backend_test
 #
-# then, there, with .device carried: bash tools/device-check.sh [DIR]
-# Each step's output goes to DIR (default out/device), the summary to
-# stdout; with $OUT set (the device tool), DIR is packed into
-# $OUT/device-check.tar.gz. A failing step is reported and the rest still
-# run. Exit status: the number of failed steps.
+# then, there, with .device carried:
+#
+#   bash tools/device-check.sh [--steps LIST] [DIR]
+#
+# LIST: comma-separated, in the order they run: tests (the GPU-tagged
+# tests), ten-jobs, compute (model_bench against PyTorch), cluster (the
+# default job and lenet5 with CUDA and CPU trainers); default all four.
+# Device time is scarce (minutes a session), so the step that an issue
+# waits on comes first. Each step's output goes to DIR (default
+# out/device), the summary to stdout; with $OUT set (the device tool), DIR
+# is packed into $OUT/device-check.tar.gz after every step, so a run cut
+# off at its time limit still brings back the steps it finished. A
+# failing step is reported and the rest still run. Exit status: the
+# number of failed steps.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
+steps=tests,ten-jobs,compute,cluster
+if [ "${1:-}" = --steps ]; then
+  steps=${2:?device-check: --steps needs a list}
+  shift 2
+fi
+for s in ${steps//,/ }; do
+  case "$s" in
+    tests|ten-jobs|compute|cluster) ;;
+    *) echo "device-check: unknown step $s (tests, ten-jobs, compute, cluster)" >&2; exit 2 ;;
+  esac
+done
 out=${1:-out/device}
 rm -rf "$out" && mkdir -p "$out"
 if [ -f .device/bundle.tar.xz ]; then
@@ -32,6 +53,10 @@ for d in $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, n, "lib
 done
 export LD_LIBRARY_PATH="$libs"
 failed=0
+pack() {  # the results so far, for the device tool to bring back
+  [ -z "${OUT:-}" ] || tar -czf "$OUT/device-check.tar.gz" --exclude='*-checkpoints' \
+    --exclude='*-models' --exclude='schedd-state' -C "$(dirname "$out")" "$(basename "$out")"
+}
 step() {  # step NAME COMMAND...: runs it, output to OUT/NAME.log and a summary line
   local name=$1
   shift
@@ -43,43 +68,58 @@ step() {  # step NAME COMMAND...: runs it, output to OUT/NAME.log and a summary 
     tail -15 "$out/$name.log"
     failed=$((failed + 1))
   fi
+  pack
 }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
-for t in gpu_selftest_test backend_select_test cuda_backend_test; do
-  step "$t" ".device/bin/$t"
-  tail -3 "$out/$t.log"
-done
-for b in cpu cuda; do
-  step "model_bench-$b" .device/bin/model_bench --backend "$b"
-  step "torch-$b" python3 bench/ddp_fashion.py --compute-only --device "$b"
-done
-# What page-locking the trainer's buffers (Backend::PinHost) is worth.
-step model_bench-cuda-pageable .device/bin/model_bench --backend cuda --pageable
-for f in "$out"/model_bench-*.log "$out"/torch-*.log; do echo "== $(basename "$f")"; cat "$f"; done
-
-# The default job (deploy/jobs/mlp.yaml) and lenet5 for one epoch, each with
-# CUDA trainers, then CPU trainers, on one cluster.
-jobs=()
-for model in mlp lenet5; do
-  for backend in cuda cpu; do
-    spec="$out/$model-$backend.yaml"
-    sed -E "s|^dataset:.*|dataset: $PWD/.device/data|; s|^name:.*|name: $model-$backend|; s|^model:.*|model: $model|" \
-      deploy/jobs/mlp.yaml >"$spec"
-    [ "$model" = lenet5 ] && sed -i -E 's|^epochs:.*|epochs: 1|' "$spec"
-    echo "backend: $backend" >>"$spec"
-    jobs+=(--job "$spec")
+job_spec() {  # job_spec MODEL BACKEND: the default job's spec with them, on the bundle's data
+  local spec="$out/$1-$2.yaml"
+  sed -E "s|^dataset:.*|dataset: $PWD/.device/data|; s|^name:.*|name: $1-$2|; s|^model:.*|model: $1|" \
+    deploy/jobs/mlp.yaml >"$spec"
+  echo "backend: $2" >>"$spec"
+  echo "$spec"
+}
+run_tests() {
+  for t in gpu_selftest_test backend_select_test cuda_backend_test; do
+    step "$t" ".device/bin/$t"
+    tail -3 "$out/$t.log"
   done
+}
+run_compute() {
+  for b in cpu cuda; do
+    step "model_bench-$b" .device/bin/model_bench --backend "$b"
+    step "torch-$b" python3 bench/ddp_fashion.py --compute-only --device "$b"
+  done
+  # What page-locking the trainer's buffers (Backend::PinHost) is worth.
+  step model_bench-cuda-pageable .device/bin/model_bench --backend cuda --pageable
+  for f in "$out"/model_bench-*.log "$out"/torch-*.log; do echo "== $(basename "$f")"; cat "$f"; done
+}
+run_cluster() {
+  # The default job (deploy/jobs/mlp.yaml) and lenet5 for one epoch, each with
+  # CUDA trainers, then CPU trainers, on one cluster.
+  jobs=()
+  for model in mlp lenet5; do
+    for backend in cuda cpu; do
+      spec=$(job_spec "$model" "$backend")
+      [ "$model" = lenet5 ] && sed -i -E 's|^epochs:.*|epochs: 1|' "$spec"
+      jobs+=(--job "$spec")
+    done
+  done
+  step cluster bash tools/run-cluster.sh --bin .device/bin --out "$out/cluster" --refresh 5 "${jobs[@]}"
+  grep -E "run-cluster: job " "$out/cluster.log"
+  grep -h 'event=training' "$out"/cluster/worker-*.log
+}
+run_ten_jobs() {
+  # Ten default jobs (CUDA trainers) on one cluster, each after a CPU DDP run
+  # of the same job (bench/ten-jobs.sh): whether one job slows the next, on
+  # a machine with cores to spare.
+  step ten-jobs bash bench/ten-jobs.sh --bin .device/bin --job "$(job_spec mlp cuda)" \
+    --out "$out/ten-jobs"
+  tail -16 "$out/ten-jobs.log"
+}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+for s in ${steps//,/ }; do
+  "run_${s//-/_}"
 done
-step cluster bash tools/run-cluster.sh --bin .device/bin --out "$out/cluster" --refresh 5 "${jobs[@]}"
-grep -E "run-cluster: job " "$out/cluster.log"
-grep -h 'event=training' "$out"/cluster/worker-*.log
-# Ten default jobs (CUDA trainers) on one cluster, each after a CPU DDP run
-# of the same job (bench/ten-jobs.sh): whether one job slows the next, on
-# a machine with cores to spare.
-step ten-jobs bash bench/ten-jobs.sh --bin .device/bin --job "$out/mlp-cuda.yaml" \
-  --out "$out/ten-jobs"
-tail -16 "$out/ten-jobs.log"
 echo "device-check: $failed failed"
-[ -n "${OUT:-}" ] && tar -czf "$OUT/device-check.tar.gz" --exclude='*-checkpoints' --exclude='*-models' --exclude='schedd-state' -C "$(dirname "$out")" "$(basename "$out")"
+pack
 exit "$failed"
