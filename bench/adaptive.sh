@@ -36,7 +36,9 @@
 # schedd issued, with the host readings each was made from:
 # DIR/permute-plans.json; the link matrix every 2 s or so:
 # DIR/permute-links.txt, and how many of its reports read above what the
-# slower of their two hosts can carry.
+# slower of their two hosts can carry; each node's per-peer transport
+# state (BtlBw, fair-share cap, cwnd, restarts) every second or so:
+# DIR/permute-metrics.txt.
 #
 # usage: bench/adaptive.sh [--part awareness|load|permute|all] [--rates "100 50 25 10"]
 #          [--probe_rates "100 50 25 10"] [--delay_ms 10] [--iterations 60]
@@ -348,6 +350,25 @@ if [ "$part" = permute ]; then
     done
   ) >"$out/permute-links.txt" 2>/dev/null &
   links_pid=$!
+  # Each node's per-peer transport state every second or so (BtlBw, the
+  # fair-share cap, cwnd; startup restarts and cap-lift rounds), for
+  # reading what held a host's flows after its link changed:
+  # CLOCK_MONOTONIC in microseconds, the node, then its metric lines.
+  (
+    while :; do
+      for i in $(seq 0 $((hosts - 1))); do
+        for node in "psd-$i" "worker-$i"; do
+          maddr=$(sed -nE 's/.*"metrics_address":"([^"]+)".*/\1/p' "$out/$node.ready")
+          t=$(python3 -c 'import time; print(int(time.monotonic() * 1e6))')
+          ip netns exec "${HPS_TESTBED}-n$i" curl -s -m 1 "http://$maddr/metrics" 2>/dev/null |
+            grep -E '_data_(peer_(btlbw|rate_cap|cwnd)_bytes|startup_restarts_total|cap_lift_rounds_total|ingress_bytes)' |
+            sed "s|^|$t $node |"
+        done
+      done
+      sleep 1
+    done
+  ) >"$out/permute-metrics.txt" 2>/dev/null &
+  metrics_pid=$!
   sleep "$period_s"
   for c in $(seq 1 "$changes"); do
     rated=()
@@ -361,8 +382,8 @@ if [ "$part" = permute ]; then
     sleep "$period_s"
   done
   end_us=$(python3 -c 'import time; print(int(time.monotonic() * 1e6))')
-  kill "$links_pid" 2>/dev/null || true
-  wait "$links_pid" 2>/dev/null || true
+  kill "$links_pid" "$metrics_pid" 2>/dev/null || true
+  wait "$links_pid" "$metrics_pid" 2>/dev/null || true
   state=$(psctl job status -o json | sed -nE 's/.*"state":"([a-z]+)".*/\1/p' | head -1)
   # The plans issued, with the host throughputs each was made from.
   psctl policy show -o json >"$out/permute-plans.json" 2>/dev/null || true
