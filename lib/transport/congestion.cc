@@ -329,5 +329,9 @@ uint64_t FairShareBps(uint64_t capacity_bps, std::vector<uint64_t>& rates_bps) {
   return left;
 }
 
+uint64_t ShareCapacityBps(uint64_t span_bps, uint64_t peer_btlbw_max_bps) {
+  return span_bps == 0 ? 0 : std::max(span_bps, peer_btlbw_max_bps);
+}
+
 }  // namespace transport
 }  // namespace hetps

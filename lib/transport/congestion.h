@@ -32,13 +32,12 @@
 // Fair share (ours; SetRateCap). Flows sharing a bottleneck each read the
 // moments the others backed off into their max-filtered BtlBw, and their
 // pacing rates add up to several times the link. The endpoint measures
-// the shared link's capacity C (IngressRate::link_rate_bps) and each
-// flow's recent rate, and sets the cap to the max-min fair level R
-// (FairShareBps). After startup a flow paces at its own gain cycle but
-// never above 1.25 x R: C is measured from what the flows achieve, so a
-// cap at R itself would hold them at a share of an underestimate; the
-// headroom lets probes lift C. R is also a floor: after startup, with no
-// congestion cut in force, a flow whose R is 1.25 x its BtlBw or more
+// the shared link's capacity C (IngressRate::link_rate_bps, raised to one
+// peer's BtlBw: ShareCapacityBps) and each flow's recent rate, and sets
+// the cap to the max-min fair level R (FairShareBps). After startup a flow paces at its own gain
+// cycle but never above 1.25 x R: C is measured from what the flows achieve, so a cap at R itself
+// would hold them at a share of an underestimate; the headroom lets probes lift C. R is also a
+// floor: after startup, with no congestion cut in force, a flow whose R is 1.25 x its BtlBw or more
 // paces at R (the bottleneck owner's word that there is room).
 //
 // Cap lift (ours). The share's C is measured from what the flows
@@ -265,6 +264,15 @@ class CongestionControl {
 // together take less. 0 when there are fewer than two flows or no capacity
 // measured. Sorts `rates_bps`.
 uint64_t FairShareBps(uint64_t capacity_bps, std::vector<uint64_t>& rates_bps);
+
+// The capacity a fair share divides (the endpoint's IngressShareBps and
+// SetRateCaps): the link's busy-span rate, raised to the largest BtlBw of
+// one peer's flows through it (that flow alone delivered so much). Busy
+// spans lag a link that got faster: its transfers end within a bin, no
+// new span comes, and the slow link's spans rule the window. 0 while no
+// busy span was measured: the link was never seen full, so nothing says
+// the flows share a bottleneck there.
+uint64_t ShareCapacityBps(uint64_t span_bps, uint64_t peer_btlbw_max_bps);
 
 }  // namespace transport
 }  // namespace hetps

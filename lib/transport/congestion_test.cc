@@ -511,6 +511,12 @@ TEST_CASE("a sender faster than the average share is not pulled down to it", "[c
   CHECK(fast_mbps > 80);
 }
 
+TEST_CASE("a share's capacity is the busy spans' rate or one peer's BtlBw", "[congestion]") {
+  CHECK(ShareCapacityBps(0, 50) == 0);  // never seen full: no shared bottleneck known
+  CHECK(ShareCapacityBps(10, 50) == 50);
+  CHECK(ShareCapacityBps(80, 50) == 80);
+}
+
 TEST_CASE("fair share is the water-filling level", "[congestion]") {
   std::vector<uint64_t> none = {50};
   CHECK(FairShareBps(100, none) == 0);  // one flow: no share to keep

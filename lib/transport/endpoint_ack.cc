@@ -129,34 +129,54 @@ uint64_t ShareRate(IngressRate& recent, uint64_t active_since_us, uint64_t now) 
 // The max-min fair share of this endpoint's ingress among the peers
 // sending to it now (FairShareBps over their recent rates; 0 with fewer
 // than two): ACKs carry it in btlbw_kbps, and the senders cap their pacing
-// at it (congestion.h, SetRateCap).
+// at it (congestion.h, SetRateCap). Senders whose RTprop to us is that of
+// an unpaced path (loopback, one LAN) neither pace nor cross the link the
+// share divides: they do not count. The capacity is the busy-span rate,
+// raised to the largest BtlBw a counted sender reports
+// (ShareCapacityBps): the shares would otherwise hold the senders to the
+// rate of a link that has since got faster.
 uint64_t Endpoint::Impl::IngressShareBps(uint64_t now) {
   share_peers.clear();
+  uint64_t peer_max = 0;
   for (const auto& [key, f] : recv) {
+    if (f.rtprop_us > 0 && f.rtprop_us < config.congestion.unpaced_rtprop_us) continue;
     auto [it, fresh] = share_peers.try_emplace(key.peer, f.start_us);
     if (!fresh) it->second = std::min(it->second, f.start_us);
+    peer_max = std::max(peer_max, f.btlbw_bps);
   }
   if (share_peers.size() < 2) return 0;
   share_rates.clear();
   for (const auto& [p, start] : share_peers) {
     share_rates.push_back(ShareRate(links[p].recent, start, now));
   }
-  return FairShareBps(ingress.link_rate_bps(now), share_rates);
+  return FairShareBps(ShareCapacityBps(ingress.link_rate_bps(now), peer_max), share_rates);
 }
 
 // Each active peer's controller is capped at the receiver's advertised
 // share, and with congestion.egress_share at the smaller of that and the
-// same max-min share over this endpoint's egress (bytes acknowledged, all
-// peers) among its active peers' recent rates.
+// same max-min share over this endpoint's egress (bytes acknowledged to
+// paced peers) among its active paced peers' recent rates. Unpaced peers
+// (loopback, one LAN) are not behind the egress link the share divides.
+//
+// The egress capacity is the busy-span rate, but never below the largest
+// BtlBw among the active paced peers (ShareCapacityBps): one flow
+// delivered that much through this link. Busy spans alone lag a link
+// that got faster: its transfers now end within a bin, no bin is busy,
+// and the spans of the slow link rule the window for a minute, so the
+// share holds each flow at a fraction of the old rate. The cap lift
+// cannot raise it where the receivers' downlinks hold queues of other
+// senders; a flow's own delivery rate can.
 void Endpoint::Impl::SetRateCaps(uint64_t now) {
   uint64_t egress_share = 0;
   if (config.congestion.egress_share) {
     share_rates.clear();
+    uint64_t peer_max = 0;
     for (auto& [peer, ps] : peers) {
-      if (ps->flows.empty()) continue;
+      if (ps->flows.empty() || ps->cc.unpaced()) continue;
       share_rates.push_back(ShareRate(ps->acked, ps->active_since_us, now));
+      peer_max = std::max(peer_max, ps->cc.btlbw_bps());
     }
-    egress_share = FairShareBps(egress.link_rate_bps(now), share_rates);
+    egress_share = FairShareBps(ShareCapacityBps(egress.link_rate_bps(now), peer_max), share_rates);
   }
   for (auto& [peer, ps] : peers) {
     if (ps->flows.empty()) continue;

@@ -113,9 +113,11 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now,
   if (f.lossy) {
     if (h.flags & kFlagCriticalEnd) f.critical_end = h.seq;
     if ((h.flags & kFlagResent) || h.seq + 1 == f.total) f.first_pass_done = true;
-    if (h.rtprop_us > 0) f.rtprop_us = h.rtprop_us;
-    if (h.btlbw_kbps > 0) f.btlbw_bps = uint64_t(h.btlbw_kbps) * 1000;
   }
+  // The sender's latest estimates: the LT model's (loss-tolerant flows)
+  // and the ingress share's (IngressShareBps).
+  if (h.rtprop_us > 0) f.rtprop_us = h.rtprop_us;
+  if (h.btlbw_kbps > 0) f.btlbw_bps = uint64_t(h.btlbw_kbps) * 1000;
   if (f.received == f.total) {
     CloseFlow(key, CloseReason::kComplete);
   } else if (f.lossy && now - f.start_us >= f.lt_us &&
@@ -145,9 +147,9 @@ DropReason Endpoint::Impl::OpenRecv(const RecvKey& key, const Header& h, uint64_
   f.lossy = (h.flags & kFlagLossTolerant) != 0;
   f.start_us = now;
   f.packet_bytes = kHeaderBytes + h.payload_bytes;
+  f.rtprop_us = h.rtprop_us;
+  f.btlbw_bps = uint64_t(h.btlbw_kbps) * 1000;
   if (f.lossy) {
-    f.rtprop_us = h.rtprop_us;
-    f.btlbw_bps = uint64_t(h.btlbw_kbps) * 1000;
     const uint64_t flow_bytes = uint64_t(f.total) * f.packet_bytes;
     f.shared_bytes = flow_bytes;
     for (auto& [k, g] : recv) {

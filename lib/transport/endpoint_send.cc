@@ -336,7 +336,7 @@ bool Endpoint::Impl::AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t n
     st.lost_tx_count = 0;
   }
   ps.cc.OnAck(now, bytes, sample);
-  egress.OnBytes(now, bytes);
+  if (!ps.cc.unpaced()) egress.OnBytes(now, bytes);  // the egress link's bytes only
   ps.acked.OnBytes(now, bytes);
   if (!sample.retransmitted && now >= sample.sent_us) {
     const double rtt = double(now - sample.sent_us);

@@ -72,6 +72,14 @@ EndpointConfig Config() {
   return c;
 }
 
+// A link of `rate_bps` with a WAN's delay (the shares' tests).
+LinkImpairment Shaped(uint64_t rate_bps) {
+  LinkImpairment l;
+  l.delay_us = 5000;
+  l.rate_bps = rate_bps;
+  return l;
+}
+
 LinkImpairment Lossy(double loss, uint32_t delay_us = 20, uint32_t jitter_us = 0) {
   LinkImpairment l;
   l.loss = loss;
@@ -424,6 +432,130 @@ TEST_CASE("paths of microseconds are neither paced nor capped", "[endpoint]") {
   }
   CHECK(cap_max == 0);
   CHECK(unpaced);
+}
+
+// The egress share divides a capacity measured over busy spans, which
+// lag a link that got faster: its transfers now end within a bin, so no
+// new span comes, and the slow link's spans rule the window for a
+// minute. One peer's BtlBw raises the capacity (ShareCapacityBps). A
+// sender's links to two peers run at 5 Mbit/s, then one at 100: alone,
+// its flows to that peer measure ~100 Mbit/s; sending to both again, the
+// share must not hold it to half the old 10. The cap lift is off: it
+// raises caps on paths without a queue, and here the capacity alone is
+// under test (live, the receivers' downlinks hold other senders' queues).
+TEST_CASE("the egress share follows a link that got faster", "[endpoint]") {
+  SimRun run(16, Shaped(5'000'000));
+  const size_t n = 1 << 18;  // 1 MB: 1.7 s at 5 Mbit/s
+  Assembler rx1(n), rx2(n);
+  Endpoint* r1 = run.Add(Config(), &rx1);
+  Endpoint* r2 = run.Add(Config(), &rx2);
+  EndpointConfig cc = Config();
+  cc.congestion.cap_lift = false;
+  Endpoint* s = run.Add(cc, nullptr);
+  auto data = Pattern(n, 8);
+  const uint32_t pf = cc.payload_floats();
+  auto cap_to = [&](const Endpoint* peer) {
+    for (const PeerEstimate& p : s->GetStats().peers) {
+      if (p.peer == peer->local()) return p.rate_cap_bps;
+    }
+    return uint64_t{0};
+  };
+  uint32_t it = 0;
+  size_t done1 = 0, done2 = 0;
+  // Both links busy for over a second, twice: the egress spans read ~10.
+  for (int k = 0; k < 2; ++k) {
+    ++it;
+    auto h1 = s->Send(r1->local(), it, Packets(data, 0, pf));
+    auto h2 = s->Send(r2->local(), it, Packets(data, 0, pf));
+    REQUIRE(run.RunUntil(
+        [&] {
+          return h1->done() && h2->done() && rx1.done() == done1 + 1 && rx2.done() == done2 + 1;
+        },
+        absl::Seconds(30)));
+    ++done1, ++done2;
+  }
+  run.net().SetLink(s->local(), r1->local(), Shaped(100'000'000));
+  // Alone (no share to keep), its flows to r1 find the new rate.
+  for (int k = 0; k < 2; ++k) {
+    ++it;
+    auto h1 = s->Send(r1->local(), it, Packets(data, 0, pf));
+    REQUIRE(run.RunUntil([&] { return h1->done() && rx1.done() == done1 + 1; }, absl::Seconds(30)));
+    ++done1;
+  }
+  // Both again: r1's flow shares the egress with r2's slow one.
+  ++it;
+  auto h2 = s->Send(r2->local(), it, Packets(data, 0, pf));
+  auto h1 = s->Send(r1->local(), it, Packets(data, 0, pf));
+  uint64_t cap1 = 0;
+  REQUIRE(run.RunUntil(
+      [&] {
+        cap1 = std::max(cap1, cap_to(r1));
+        return h1->done() && rx1.done() == done1 + 1;
+      },
+      absl::Seconds(30)));
+  const double took = absl::ToDoubleSeconds(h1->elapsed());
+  INFO("r1's flow beside r2's took " << took << " s; its largest egress cap " << cap1 / 1e6
+                                     << " Mbit/s");
+  CHECK(cap1 > 0);  // the share still holds: two peers active
+  CHECK(cap1 >= 25'000'000);
+  CHECK(took < 0.5);  // held to a share of the old spans, several times longer
+  REQUIRE(run.RunUntil([&] { return h2->done() && rx2.done() == done2 + 1; }, absl::Seconds(30)));
+  CHECK(std::equal(data.begin(), data.end(), rx1.buf().begin()));
+  CHECK(std::equal(data.begin(), data.end(), rx2.buf().begin()));
+}
+
+// The same on the receiving side: a receiver's ingress share divides its
+// busy-span rate, raised to the largest BtlBw its senders report. Two
+// senders' links to it run at 5 Mbit/s, then one at 100; that sender,
+// alone, measures the new rate; both again, the receiver's share must
+// let it have what the slow one leaves. Cap lift off, as above.
+TEST_CASE("the ingress share follows a link that got faster", "[endpoint]") {
+  SimRun run(17, Shaped(5'000'000));
+  const size_t n = 1 << 18;  // 1 MB: 1.7 s at 5 Mbit/s
+  Assembler rx(2 * n);
+  Endpoint* server = run.Add(Config(), &rx);
+  EndpointConfig cc = Config();
+  cc.congestion.cap_lift = false;
+  Endpoint* a = run.Add(cc, nullptr);
+  Endpoint* b = run.Add(cc, nullptr);
+  auto da = Pattern(n, 9), db = Pattern(n, 10);
+  const uint32_t pf = cc.payload_floats();
+  uint32_t it = 0;
+  size_t done = 0;
+  for (int k = 0; k < 2; ++k) {  // both busy over a second, twice
+    ++it;
+    auto ha = a->Send(server->local(), it, Packets(da, 0, pf));
+    auto hb = b->Send(server->local(), it, Packets(db, n / kChunkFloats, pf));
+    REQUIRE(run.RunUntil([&] { return ha->done() && hb->done() && rx.done() == done + 2; },
+                         absl::Seconds(30)));
+    done += 2;
+  }
+  run.net().SetLink(a->local(), server->local(), Shaped(100'000'000));
+  for (int k = 0; k < 2; ++k) {  // a alone: no share to keep
+    ++it;
+    auto ha = a->Send(server->local(), it, Packets(da, 0, pf));
+    REQUIRE(run.RunUntil([&] { return ha->done() && rx.done() == done + 1; }, absl::Seconds(30)));
+    ++done;
+  }
+  ++it;
+  auto hb = b->Send(server->local(), it, Packets(db, n / kChunkFloats, pf));
+  auto ha = a->Send(server->local(), it, Packets(da, 0, pf));
+  uint64_t cap = 0;
+  REQUIRE(run.RunUntil(
+      [&] {
+        for (const PeerEstimate& p : a->GetStats().peers) cap = std::max(cap, p.rate_cap_bps);
+        return ha->done();
+      },
+      absl::Seconds(30)));
+  const double took = absl::ToDoubleSeconds(ha->elapsed());
+  INFO("a's flow beside b's took " << took << " s; the largest share it heard " << cap / 1e6
+                                   << " Mbit/s");
+  CHECK(cap > 0);  // two senders: the receiver still shares
+  CHECK(cap >= 25'000'000);
+  CHECK(took < 0.5);
+  REQUIRE(run.RunUntil([&] { return hb->done() && rx.done() == done + 2; }, absl::Seconds(30)));
+  CHECK(std::equal(da.begin(), da.end(), rx.buf().begin()));
+  CHECK(std::equal(db.begin(), db.end(), rx.buf().begin() + n));
 }
 
 // A daemon's endpoint serves job after job; each job installs its key. A
