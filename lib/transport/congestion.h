@@ -34,11 +34,13 @@
 // pacing rates add up to several times the link. The endpoint measures
 // the shared link's capacity C (IngressRate::link_rate_bps, raised to one
 // peer's BtlBw: ShareCapacityBps) and each flow's recent rate, and sets
-// the cap to the max-min fair level R (FairShareBps). After startup a flow paces at its own gain
-// cycle but never above 1.25 x R: C is measured from what the flows achieve, so a cap at R itself
-// would hold them at a share of an underestimate; the headroom lets probes lift C. R is also a
-// floor: after startup, with no congestion cut in force, a flow whose R is 1.25 x its BtlBw or more
-// paces at R (the bottleneck owner's word that there is room).
+// the cap to the max-min fair level R (FairShareBps). After startup a
+// flow paces at its own gain cycle but never above 1.25 x R: C is
+// measured from what the flows achieve, so a cap at R itself would hold
+// them at a share of an underestimate; the headroom lets probes lift C.
+// R is also a floor: after startup, with no congestion cut in force, a
+// flow whose R is 1.25 x its BtlBw or more paces at R (the bottleneck
+// owner's word that there is room).
 //
 // Cap lift (ours). The share's C is measured from what the flows
 // achieved, over busy spans: a receiver whose flows were slow for another

@@ -134,7 +134,8 @@ uint64_t ShareRate(IngressRate& recent, uint64_t active_since_us, uint64_t now) 
 // share divides: they do not count. The capacity is the busy-span rate,
 // raised to the largest BtlBw a counted sender reports
 // (ShareCapacityBps): the shares would otherwise hold the senders to the
-// rate of a link that has since got faster.
+// rate of a link that has since got faster. That BtlBw is a member's word
+// (the job key authenticates it): overstated, it only loosens the share.
 uint64_t Endpoint::Impl::IngressShareBps(uint64_t now) {
   share_peers.clear();
   uint64_t peer_max = 0;
@@ -158,14 +159,10 @@ uint64_t Endpoint::Impl::IngressShareBps(uint64_t now) {
 // paced peers) among its active paced peers' recent rates. Unpaced peers
 // (loopback, one LAN) are not behind the egress link the share divides.
 //
-// The egress capacity is the busy-span rate, but never below the largest
-// BtlBw among the active paced peers (ShareCapacityBps): one flow
-// delivered that much through this link. Busy spans alone lag a link
-// that got faster: its transfers now end within a bin, no bin is busy,
-// and the spans of the slow link rule the window for a minute, so the
-// share holds each flow at a fraction of the old rate. The cap lift
-// cannot raise it where the receivers' downlinks hold queues of other
-// senders; a flow's own delivery rate can.
+// The egress capacity is ShareCapacityBps of the acknowledged bytes'
+// busy spans and the active paced peers' BtlBw. The cap lift cannot
+// raise a share held low by old spans where the receivers' downlinks
+// hold other senders' queues; a flow's own delivery rate can.
 void Endpoint::Impl::SetRateCaps(uint64_t now) {
   uint64_t egress_share = 0;
   if (config.congestion.egress_share) {
