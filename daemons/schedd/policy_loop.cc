@@ -302,6 +302,7 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
   v1::Policy next = current_;
   std::string load_why, batch_why;
   last_rates_.clear();
+  rebased_ = false;
   const bool load =
       job.load_policy != "average" && DecideLoad(job, links, now_ms, &next, &load_why);
   const bool batches =
@@ -310,6 +311,7 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
     // Between periods only a new map is news; the period's decision says
     // the rest.
     if (!load_why.empty()) last_decision_ = load_why;
+    if (rebased_) Record(now_ms);
     return std::nullopt;
   }
   last_decision_ = load_why.empty() || batch_why.empty() ? load_why + batch_why
@@ -669,6 +671,7 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
     if (!(will * (1 + job.update_rate) < was)) {
       current_.clear_server_throughput_bytes_per_second();
       for (double r : *rate) current_.add_server_throughput_bytes_per_second(r);
+      rebased_ = true;
       *next->mutable_server_throughput_bytes_per_second() =
           current_.server_throughput_bytes_per_second();
       *why = absl::StrCat("kept version ", current_.version(),
@@ -700,6 +703,7 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
     // About the same map: the new throughputs are its basis from now on.
     current_.clear_server_throughput_bytes_per_second();
     for (double r : *rate) current_.add_server_throughput_bytes_per_second(r);
+    rebased_ = true;
     *next->mutable_server_throughput_bytes_per_second() =
         current_.server_throughput_bytes_per_second();
     *why = absl::StrCat("kept version ", current_.version(), ": ", update->diff.chunks_moved,

@@ -256,7 +256,8 @@ class PolicyLoop {
   // What the last Tick decided, for psctl policy show.
   const std::string& last_decision() const { return last_decision_; }
   // The latest decisions (at most kDecisionsMax), oldest first: one per
-  // update period and one per plan issued, with the host throughputs read.
+  // update period, one per plan issued and one per map kept with new
+  // readings as its basis, with the host throughputs read.
   static constexpr size_t kDecisionsMax = 64;
   const std::deque<v1::PolicyDecision>& decisions() const { return decisions_; }
 
@@ -286,6 +287,10 @@ class PolicyLoop {
   std::vector<v1::Policy> history_;
   std::string last_decision_;
   std::vector<double> last_rates_;  // DecideLoad's host throughputs, this tick
+  // DecideLoad kept the map and made this tick's readings its basis: the
+  // next ticks compare with them, so the decision is recorded whenever it
+  // comes, between periods too.
+  bool rebased_ = false;
   std::deque<v1::PolicyDecision> decisions_;
 };
 

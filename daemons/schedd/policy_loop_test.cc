@@ -172,6 +172,55 @@ TEST_CASE("the policy loop issues a plan when the links say so, and not for nois
   CHECK(loop.current().worker_batches(0).resume_samples() == 0);
 }
 
+// A map kept at a look between periods, with that look's readings made
+// its basis, is recorded: the ticks after it compare with that basis
+// ("within update_rate of the plan's"), and psctl policy show must show
+// the readings it came from.
+TEST_CASE("a map kept between periods with new readings is recorded", "[policy]") {
+  PolicyJob job;
+  job.job_id = "job-1";
+  job.load_policy = "adlb";
+  job.update_time_ms = 1000;
+  job.num_chunks = 40;
+  job.servers = {"p0", "p1", "p2", "p3"};
+  LinkTable links;
+  PolicyLoop loop;
+  auto measure = [&](const std::vector<double>& r, int64_t now) {
+    for (int s = 0; s < 4; ++s) {
+      const std::string p = "p" + std::to_string(s), w = "w" + std::to_string(s);
+      REQUIRE(links.Record(p, Link(w, p, r[s]), now).ok());
+      REQUIRE(links.Record(w, Link(p, w, r[s]), now).ok());
+    }
+  };
+  const std::vector<double> rate = {100e6 / 8, 50e6 / 8, 25e6 / 8, 10e6 / 8};
+  CHECK(!loop.Tick(job, links, 0));
+  measure(rate, 1500);
+  REQUIRE(loop.Tick(job, links, 2000).has_value());
+  job.plan_settled_ms = 2000;
+  measure(rate, 2500);
+  CHECK(!loop.Tick(job, links, 3000));  // a period: within update_rate
+  // The fast hosts swing; the slowest still bounds every map's round.
+  const std::vector<double> swung = {rate[0] * 0.6, rate[1] * 1.5, rate[2] * 0.8, rate[3]};
+  measure(swung, 3100);
+  CHECK(!loop.Tick(job, links, 3250));  // a look: the move begins
+  const size_t before = loop.decisions().size();
+  measure(swung, 3900);
+  CHECK(!loop.Tick(job, links, 4000));  // a period: waiting a window
+  CHECK(loop.decisions().size() == before + 1);
+  measure(swung, 4100);
+  CHECK(!loop.Tick(job, links, 4250));  // a look, a window on: kept, rebased
+  REQUIRE(loop.decisions().size() == before + 2);
+  const v1::PolicyDecision& d = loop.decisions().back();
+  CHECK(d.unix_ms() == 4250);
+  CHECK(d.why().find("predicted transfer") != std::string::npos);
+  REQUIRE(d.server_throughput_bytes_per_second_size() == 4);
+  CHECK(d.server_throughput_bytes_per_second(1) ==
+        Approx(loop.current().server_throughput_bytes_per_second(1)));
+  // A look that only waits is not recorded.
+  CHECK(!loop.Tick(job, links, 4500));
+  CHECK(loop.decisions().size() == before + 2);
+}
+
 // TwoHostJob and a third host with only a worker (w2), the loop past
 // its first tick (version 1, the even split).
 struct ThreeHosts {
