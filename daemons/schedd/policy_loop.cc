@@ -202,6 +202,22 @@ double PredictedTransfer(const std::vector<int64_t>& counts, const std::vector<d
   return d.max_time_s;
 }
 
+double MapCost(const std::vector<int64_t>& counts, const std::vector<double>& rate) {
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  if (total <= 0 || counts.size() != rate.size()) return 0;
+  policy::LoadDistribution d;
+  for (int64_t c : counts) d.share_bytes.push_back(double(c) / double(total));
+  policy::EvaluateLoad(1.0, rate, &d);
+  if (d.max_time_s <= 0) return 0;
+  double sum = 0;
+  for (double t : d.time_s) {
+    const double x = t / d.max_time_s;  // <= 1: no overflow
+    sum += x * x * x * x;
+  }
+  return d.max_time_s * std::sqrt(std::sqrt(sum));
+}
+
 absl::StatusOr<std::vector<uint32_t>> WlbsBatches(const std::vector<double>& speed,
                                                   uint32_t batch_size, uint32_t batch_max) {
   const size_t n = speed.size();
@@ -660,14 +676,14 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   // only ever measured as fast as its slower peers let it move (its
   // estimate follows the plan), so its throughput swings without any
   // map doing better than the one in force. Only a predicted round
-  // shorter by more than update_rate moves chunks. Only the longest
-  // time: where one host sets every map's round, the next longest would
-  // tell the maps apart, but it is a fast host's, and its readings swing
-  // too much to move chunks by.
+  // shorter by more than update_rate moves chunks, by MapCost: where one
+  // host sets every map's round, it tells apart a map that loads another
+  // host up to near that bound from one that leaves it room, and a fast
+  // host's swinging readings barely move it.
   if ((job.load_policy == "adlb" || job.load_policy == "adlb-alg1") &&
       current_.server_chunks_size() == int(servers)) {
-    const double was = PredictedTransfer(in_force, *rate);
-    const double will = PredictedTransfer(counts, *rate);
+    const double was = MapCost(in_force, *rate);
+    const double will = MapCost(counts, *rate);
     if (!(will * (1 + job.update_rate) < was)) {
       current_.clear_server_throughput_bytes_per_second();
       for (double r : *rate) current_.add_server_throughput_bytes_per_second(r);

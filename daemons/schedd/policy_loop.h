@@ -105,6 +105,19 @@ absl::StatusOr<std::vector<double>> PolicyShares(const std::string& load_policy,
 // are no chunks or the sizes differ. O(S).
 double PredictedTransfer(const std::vector<int64_t>& counts, const std::vector<double>& rate);
 
+// What a load decision compares maps by: the same Eq. 9 times under
+// their 4-norm, i.e. the slowest host's time raised by hosts near it. A
+// round ends when its last host does, and hosts' times vary round to
+// round: two hosts both near the bound end later, on average, than one
+// alone, which the max (Eq. 10) does not see. ADLB's optimum leaves the
+// other hosts as far below the bound as the bound allows; a map from
+// older readings can load a host to just under it, and the max calls
+// the two maps equal. A host far below adds almost nothing (one at half
+// the bound adds 1/16 to the sum of 4th powers, the bound's being 1), so
+// fast hosts' swinging readings seldom move chunks. 0 as
+// PredictedTransfer. O(S).
+double MapCost(const std::vector<int64_t>& counts, const std::vector<double>& rate);
+
 // WLBS (docs/plan.md): the global batch split over the workers in
 // proportion to their speeds (samples per compute second, each > 0), each
 // 1 to batch_max, summing to workers x batch_size. O(W^2) worst case.

@@ -1,6 +1,7 @@
 #include "daemons/schedd/policy_loop.h"
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <tuple>
 
 namespace hetps {
@@ -752,6 +753,21 @@ TEST_CASE("the predicted transfer is ADLB's slowest node", "[policy]") {
   CHECK(PredictedTransfer({8, 0, 0, 0}, {4, 4, 4, 1}) == Approx(1.0));
   CHECK(PredictedTransfer({}, {}) == 0);
   CHECK(PredictedTransfer({1, 1}, {1}) == 0);
+}
+
+// Host 3 bounds every map at 1; a map that loads host 2 to that bound
+// ties with one that leaves it at half under the max, not under MapCost.
+TEST_CASE("maps that tie on the slowest host differ by the hosts near it", "[policy]") {
+  const std::vector<double> rate = {4, 4, 2, 1};
+  const std::vector<int64_t> near = {2, 2, 4, 0};  // t = .375, .375, 1, 1
+  const std::vector<int64_t> room = {4, 4, 0, 0};  // t = .5, .5, .5, 1
+  CHECK(PredictedTransfer(near, rate) == Approx(PredictedTransfer(room, rate)));
+  CHECK(MapCost(near, rate) == Approx(std::pow(2 + 2 * std::pow(0.375, 4), 0.25)));
+  CHECK(MapCost(room, rate) == Approx(std::pow(1 + 3 * std::pow(0.5, 4), 0.25)));
+  CHECK(MapCost(room, rate) * 1.1 < MapCost(near, rate));  // over update_rate: it moves
+  CHECK(MapCost(near, rate) >= PredictedTransfer(near, rate));
+  CHECK(MapCost({}, {}) == 0);
+  CHECK(MapCost({1, 1}, {1}) == 0);
 }
 
 TEST_CASE("elastic and Algorithm 1 shares", "[policy]") {
