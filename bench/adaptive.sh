@@ -36,9 +36,10 @@
 # schedd issued, with the host readings each was made from:
 # DIR/permute-plans.json; the link matrix every 2 s or so:
 # DIR/permute-links.txt, and how many of its reports read above what the
-# slower of their two hosts can carry; each node's per-peer transport
-# state (BtlBw, fair-share cap, cwnd, restarts) every second or so:
-# DIR/permute-metrics.txt.
+# slower of their two hosts can carry; with --node_metrics, each node's
+# per-peer transport state (BtlBw, fair-share cap, cwnd, restarts) every
+# few seconds: DIR/permute-metrics.txt (its samples cost CPU beside the
+# cluster: off for measuring changes met).
 #
 # usage: bench/adaptive.sh [--part awareness|load|permute|all] [--rates "100 50 25 10"]
 #          [--probe_rates "100 50 25 10"] [--delay_ms 10] [--iterations 60]
@@ -46,6 +47,7 @@
 #          [--update_time_s S] (default 2; part 3: 5) [--period_s 60]
 #          [--changes 4] [--out DIR]
 #          [--trace] (part 2: round traces of every node in DIR/trace)
+#          [--node_metrics] (part 3: DIR/permute-metrics.txt, above)
 #          [--segment_bytes 65536] (the jobs' segment_bytes; 0: one flow per psd)
 #          [--plan_lead N] (the jobs' plan_lead_rounds; default: the job default)
 #          [--probe_bytes N] (the jobs' probe_chunk_bytes; default: the job default)
@@ -70,6 +72,7 @@ segment_bytes=65536  # 4 of these chunks: a psd's share pipelines
 plan_lead=""
 probe_bytes=""
 extra_node_flags=()
+node_metrics=0
 out=out/adaptive
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -89,6 +92,7 @@ while [ $# -gt 0 ]; do
     --segment_bytes) segment_bytes=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --trace) trace=1; shift ;;
+    --node_metrics) node_metrics=1; shift ;;
     -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
     *) echo "adaptive: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -350,25 +354,28 @@ if [ "$part" = permute ]; then
     done
   ) >"$out/permute-links.txt" 2>/dev/null &
   links_pid=$!
-  # Each node's per-peer transport state every second or so (BtlBw, the
+  # With --node_metrics, each node's per-peer transport state (BtlBw, the
   # fair-share cap, cwnd; startup restarts and cap-lift rounds), for
   # reading what held a host's flows after its link changed:
   # CLOCK_MONOTONIC in microseconds, the node, then its metric lines.
-  (
-    while :; do
-      for i in $(seq 0 $((hosts - 1))); do
-        for node in "psd-$i" "worker-$i"; do
-          maddr=$(sed -nE 's/.*"metrics_address":"([^"]+)".*/\1/p' "$out/$node.ready")
-          t=$(python3 -c 'import time; print(int(time.monotonic() * 1e6))')
-          ip netns exec "${HPS_TESTBED}-n$i" curl -s -m 1 "http://$maddr/metrics" 2>/dev/null |
-            grep -E '_data_(peer_(btlbw|rate_cap|cwnd)_bytes|startup_restarts_total|cap_lift_rounds_total|ingress_bytes)' |
-            sed "s|^|$t $node |"
+  metrics_pid=""
+  if [ "$node_metrics" -eq 1 ]; then
+    (
+      while :; do
+        for i in $(seq 0 $((hosts - 1))); do
+          for node in "psd-$i" "worker-$i"; do
+            maddr=$(sed -nE 's/.*"metrics_address":"([^"]+)".*/\1/p' "$out/$node.ready")
+            t=$(python3 -c 'import time; print(int(time.monotonic() * 1e6))')
+            ip netns exec "${HPS_TESTBED}-n$i" curl -s -m 1 "http://$maddr/metrics" 2>/dev/null |
+              grep -E '_data_(peer_(btlbw|rate_cap|cwnd)_bytes|startup_restarts_total|cap_lift_rounds_total|ingress_bytes)' |
+              sed "s|^|$t $node |"
+          done
         done
+        sleep 1
       done
-      sleep 1
-    done
-  ) >"$out/permute-metrics.txt" 2>/dev/null &
-  metrics_pid=$!
+    ) >"$out/permute-metrics.txt" 2>/dev/null &
+    metrics_pid=$!
+  fi
   sleep "$period_s"
   for c in $(seq 1 "$changes"); do
     rated=()
@@ -382,8 +389,8 @@ if [ "$part" = permute ]; then
     sleep "$period_s"
   done
   end_us=$(python3 -c 'import time; print(int(time.monotonic() * 1e6))')
-  kill "$links_pid" "$metrics_pid" 2>/dev/null || true
-  wait "$links_pid" "$metrics_pid" 2>/dev/null || true
+  kill "$links_pid" $metrics_pid 2>/dev/null || true
+  wait "$links_pid" $metrics_pid 2>/dev/null || true
   state=$(psctl job status -o json | sed -nE 's/.*"state":"([a-z]+)".*/\1/p' | head -1)
   # The plans issued, with the host throughputs each was made from.
   psctl policy show -o json >"$out/permute-plans.json" 2>/dev/null || true
