@@ -192,30 +192,36 @@ absl::StatusOr<std::vector<double>> PolicyShares(const std::string& load_policy,
   return d->share_bytes;
 }
 
-double PredictedTransfer(const std::vector<int64_t>& counts, const std::vector<double>& rate) {
+namespace {
+// ADLB's Eq. 9 times of servers holding `counts` chunks (taken as
+// equal-sized) at these throughputs; none when there are no chunks or
+// the sizes differ.
+std::optional<policy::LoadDistribution> CountsLoad(const std::vector<int64_t>& counts,
+                                                   const std::vector<double>& rate) {
   int64_t total = 0;
   for (int64_t c : counts) total += c;
-  if (total <= 0 || counts.size() != rate.size()) return 0;
+  if (total <= 0 || counts.size() != rate.size()) return std::nullopt;
   policy::LoadDistribution d;
   for (int64_t c : counts) d.share_bytes.push_back(double(c) / double(total));
   policy::EvaluateLoad(1.0, rate, &d);
-  return d.max_time_s;
+  return d;
+}
+}  // namespace
+
+double PredictedTransfer(const std::vector<int64_t>& counts, const std::vector<double>& rate) {
+  const std::optional<policy::LoadDistribution> d = CountsLoad(counts, rate);
+  return d ? d->max_time_s : 0;
 }
 
 double MapCost(const std::vector<int64_t>& counts, const std::vector<double>& rate) {
-  int64_t total = 0;
-  for (int64_t c : counts) total += c;
-  if (total <= 0 || counts.size() != rate.size()) return 0;
-  policy::LoadDistribution d;
-  for (int64_t c : counts) d.share_bytes.push_back(double(c) / double(total));
-  policy::EvaluateLoad(1.0, rate, &d);
-  if (d.max_time_s <= 0) return 0;
+  const std::optional<policy::LoadDistribution> d = CountsLoad(counts, rate);
+  if (!d || d->max_time_s <= 0) return 0;
   double sum = 0;
-  for (double t : d.time_s) {
-    const double x = t / d.max_time_s;  // <= 1: no overflow
+  for (double t : d->time_s) {
+    const double x = t / d->max_time_s;  // <= 1: no overflow
     sum += x * x * x * x;
   }
-  return d.max_time_s * std::sqrt(std::sqrt(sum));
+  return d->max_time_s * std::sqrt(std::sqrt(sum));
 }
 
 absl::StatusOr<std::vector<uint32_t>> WlbsBatches(const std::vector<double>& speed,
@@ -324,8 +330,8 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
   const bool batches =
       period && job.batch_policy == "wlbs" && DecideBatches(job, &next, &batch_why);
   if (!period && !load) {
-    // Between periods only a new map is news; the period's decision says
-    // the rest.
+    // Between periods only a new map, or a new basis, is news; the
+    // period's decision says the rest.
     if (!load_why.empty()) last_decision_ = load_why;
     if (rebased_) Record(now_ms);
     return std::nullopt;

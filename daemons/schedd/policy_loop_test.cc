@@ -71,7 +71,9 @@ TEST_CASE("the link table checks what a node reports", "[policy]") {
   CHECK(t.All().size() == 1);
 }
 
-TEST_CASE("the policy loop issues a plan when the links say so, and not for noise", "[policy]") {
+// An adlb job of four psds (p0-p3), each on a host of its own with a
+// worker (w0-w3).
+PolicyJob FourHostAdlbJob() {
   PolicyJob job;
   job.job_id = "job-1";
   job.load_policy = "adlb";
@@ -79,6 +81,20 @@ TEST_CASE("the policy loop issues a plan when the links say so, and not for nois
   job.update_rate = 0.1;
   job.num_chunks = 40;
   job.servers = {"p0", "p1", "p2", "p3"};
+  return job;
+}
+
+// Host s of FourHostAdlbJob read at r[s] bytes/s both ways, at `now`.
+void MeasureFourHosts(LinkTable* links, const double* r, int64_t now) {
+  for (int s = 0; s < 4; ++s) {
+    const std::string p = "p" + std::to_string(s), w = "w" + std::to_string(s);
+    REQUIRE(links->Record(p, Link(w, p, r[s]), now).ok());
+    REQUIRE(links->Record(w, Link(p, w, r[s]), now).ok());
+  }
+}
+
+TEST_CASE("the policy loop issues a plan when the links say so, and not for noise", "[policy]") {
+  PolicyJob job = FourHostAdlbJob();
   LinkTable links;
   PolicyLoop loop;
   CHECK(!loop.Tick(job, links, 0));  // the job is new: version 1, the even split
@@ -89,13 +105,7 @@ TEST_CASE("the policy loop issues a plan when the links say so, and not for nois
 
   // Four hosts, rates spanning 10x: each psd's links are its host's.
   const double rate[] = {100e6 / 8, 50e6 / 8, 25e6 / 8, 10e6 / 8};
-  auto measure = [&](const double* r, int64_t now) {
-    for (int s = 0; s < 4; ++s) {
-      const std::string p = "p" + std::to_string(s), w = "w" + std::to_string(s);
-      REQUIRE(links.Record(p, Link(w, p, r[s]), now).ok());
-      REQUIRE(links.Record(w, Link(p, w, r[s]), now).ok());
-    }
-  };
+  auto measure = [&](const double* r, int64_t now) { MeasureFourHosts(&links, r, now); };
   measure(rate, 1500);
   std::optional<v1::Policy> plan = loop.Tick(job, links, 2000);
   REQUIRE(plan.has_value());
@@ -178,20 +188,11 @@ TEST_CASE("the policy loop issues a plan when the links say so, and not for nois
 // ("within update_rate of the plan's"), and psctl policy show must show
 // the readings it came from.
 TEST_CASE("a map kept between periods with new readings is recorded", "[policy]") {
-  PolicyJob job;
-  job.job_id = "job-1";
-  job.load_policy = "adlb";
-  job.update_time_ms = 1000;
-  job.num_chunks = 40;
-  job.servers = {"p0", "p1", "p2", "p3"};
+  PolicyJob job = FourHostAdlbJob();
   LinkTable links;
   PolicyLoop loop;
   auto measure = [&](const std::vector<double>& r, int64_t now) {
-    for (int s = 0; s < 4; ++s) {
-      const std::string p = "p" + std::to_string(s), w = "w" + std::to_string(s);
-      REQUIRE(links.Record(p, Link(w, p, r[s]), now).ok());
-      REQUIRE(links.Record(w, Link(p, w, r[s]), now).ok());
-    }
+    MeasureFourHosts(&links, r.data(), now);
   };
   const std::vector<double> rate = {100e6 / 8, 50e6 / 8, 25e6 / 8, 10e6 / 8};
   CHECK(!loop.Tick(job, links, 0));
