@@ -691,11 +691,7 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
     const double was = MapCost(in_force, *rate);
     const double will = MapCost(counts, *rate);
     if (!(will * (1 + job.update_rate) < was)) {
-      current_.clear_server_throughput_bytes_per_second();
-      for (double r : *rate) current_.add_server_throughput_bytes_per_second(r);
-      rebased_ = true;
-      *next->mutable_server_throughput_bytes_per_second() =
-          current_.server_throughput_bytes_per_second();
+      Rebase(*rate, next);
       *why = absl::StrCat("kept version ", current_.version(),
                           ": a new map would shorten the predicted transfer by ",
                           was > 0 ? 1 - will / was : 0, ", not over update_rate");
@@ -723,11 +719,7 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   }
   if (!update->issued || update->diff.chunks_moved == 0) {
     // About the same map: the new throughputs are its basis from now on.
-    current_.clear_server_throughput_bytes_per_second();
-    for (double r : *rate) current_.add_server_throughput_bytes_per_second(r);
-    rebased_ = true;
-    *next->mutable_server_throughput_bytes_per_second() =
-        current_.server_throughput_bytes_per_second();
+    Rebase(*rate, next);
     *why = absl::StrCat("kept version ", current_.version(), ": ", update->diff.chunks_moved,
                         " of ", chunks, " chunks would move, under update_rate");
     return false;
@@ -740,15 +732,22 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   next->clear_chunk_server();
   for (int o : *owners) next->add_chunk_server(uint32_t(o));
   *why = absl::StrCat(update->diff.chunks_moved, " of ", chunks, " chunks move");
-  for (size_t k = 0; k < lifted.size(); ++k) {
-    absl::StrAppend(why, k == 0 ? "; held by their peers, taken as fast as the fastest: " : ", ",
-                    job.servers[lifted[k]]);
-  }
-  for (size_t k = 0; k < own.size(); ++k) {
-    absl::StrAppend(why, k == 0 ? "; idle, held by their own links, read over a window: " : ", ",
-                    job.servers[own[k]]);
-  }
+  auto name = [&](const char* what, const std::vector<size_t>& which) {
+    for (size_t k = 0; k < which.size(); ++k) {
+      absl::StrAppend(why, k == 0 ? what : ", ", job.servers[which[k]]);
+    }
+  };
+  name("; held by their peers, taken as fast as the fastest: ", lifted);
+  name("; idle, held by their own links, read over a window: ", own);
   return true;
+}
+
+void PolicyLoop::Rebase(const std::vector<double>& rate, v1::Policy* next) {
+  current_.clear_server_throughput_bytes_per_second();
+  for (double r : rate) current_.add_server_throughput_bytes_per_second(r);
+  *next->mutable_server_throughput_bytes_per_second() =
+      current_.server_throughput_bytes_per_second();
+  rebased_ = true;
 }
 
 }  // namespace hetps

@@ -278,6 +278,9 @@ class PolicyLoop {
   // The chunk map's part of a decision: a new map in next (false: keep).
   bool DecideLoad(const PolicyJob& job, const LinkTable& links, int64_t now_ms, v1::Policy* next,
                   std::string* why);
+  // Keeps the map in force with `rate` as its basis (current_ and next),
+  // and marks the tick's decision as one to record.
+  void Rebase(const std::vector<double>& rate, v1::Policy* next);
   // The batches' part: new worker_batches in next (false: keep).
   bool DecideBatches(const PolicyJob& job, v1::Policy* next, std::string* why);
   // Appends this tick's decision to decisions_.
