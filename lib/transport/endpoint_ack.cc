@@ -118,8 +118,11 @@ void Endpoint::Impl::EmitAcks(uint64_t now) {
 }
 
 // A peer's rate for FairShareBps. One that began sending within the rate
-// window has not shown a rate yet: it counts as able to take a full
-// share, not as a slow one (else the first share it hears is the link).
+// window, after a longer gap, has not shown a rate yet: it counts as able
+// to take a full share, not as a slow one (else the first share it hears
+// is the link). One whose flows paused for less (a psd's segments to a
+// worker that took each at once) is measured: counting it as new held a
+// slow worker's feeders to an even split of links it did not use.
 namespace {
 uint64_t ShareRate(IngressRate& recent, uint64_t active_since_us, uint64_t now) {
   return now - active_since_us < kShareWindowUs ? UINT64_MAX : recent.rate_bps(now);
@@ -141,14 +144,14 @@ uint64_t Endpoint::Impl::IngressShareBps(uint64_t now) {
   uint64_t peer_max = 0;
   for (const auto& [key, f] : recv) {
     if (f.rtprop_us > 0 && f.rtprop_us < config.congestion.unpaced_rtprop_us) continue;
-    auto [it, fresh] = share_peers.try_emplace(key.peer, f.start_us);
-    if (!fresh) it->second = std::min(it->second, f.start_us);
+    share_peers.insert(key.peer);
     peer_max = std::max(peer_max, f.btlbw_bps);
   }
   if (share_peers.size() < 2) return 0;
   share_rates.clear();
-  for (const auto& [p, start] : share_peers) {
-    share_rates.push_back(ShareRate(links[p].recent, start, now));
+  for (const Peer& p : share_peers) {
+    RecvLink& link = links[p];
+    share_rates.push_back(ShareRate(link.recent, link.active_since_us, now));
   }
   return FairShareBps(ShareCapacityBps(ingress.link_rate_bps(now), peer_max), share_rates);
 }

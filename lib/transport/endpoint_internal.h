@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "lib/base/splitmix.h"
@@ -74,7 +75,7 @@ struct PeerState {
   std::deque<uint32_t> flows;                  // active flow ids, served round-robin
   uint64_t receiver_share_bps = 0;             // the receiver's fair share (ACK btlbw_kbps)
   IngressRate acked{kShareBinUs, kShareBins};  // bytes acknowledged (egress share)
-  uint64_t active_since_us = 0;                // flows became non-empty
+  uint64_t active_since_us = 0;                // flows after kShareWindowUs idle
   uint64_t idle_since_us = 0;                  // flows became empty; 0: never active
   double srtt_us = 0;
   double rttvar_us = 0;
@@ -127,6 +128,8 @@ struct RecvFlow {
 
 struct RecvLink {
   uint64_t last_us = 0;  // its latest data packet (idle links are forgotten)
+  // Data came with no gap of kShareWindowUs since (IngressShareBps).
+  uint64_t active_since_us = 0;
   LinkThreshold threshold;
   LinkEstimate estimate;
   IngressRate recent{kShareBinUs, kShareBins};  // this peer's data rate (fair share)
@@ -214,9 +217,9 @@ struct Endpoint::Impl {
   absl::flat_hash_map<RecvKey, AckBatch> acks;     // ACKs not sent yet
   uint64_t next_ack_us = UINT64_MAX;               // earliest due_us in acks
   std::vector<std::vector<uint8_t>> ack_payloads;  // bodies of queued ACKs, until Flush
-  IngressRate egress;  // data bytes acknowledged, all peers (egress share)
-  absl::flat_hash_map<Peer, uint64_t> share_peers;  // IngressShareBps's scratch: first start
-  std::vector<uint64_t> share_rates;                // IngressShareBps's and SetRateCaps' scratch
+  IngressRate egress;                     // data bytes acknowledged, all peers (egress share)
+  absl::flat_hash_set<Peer> share_peers;  // IngressShareBps's scratch
+  std::vector<uint64_t> share_rates;      // IngressShareBps's and SetRateCaps' scratch
 
   // Event loop (endpoint.cc).
   uint64_t last_gc_us = 0;

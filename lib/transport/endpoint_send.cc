@@ -60,7 +60,12 @@ void Endpoint::Impl::TakeSubmissions(uint64_t now) {
       if (ps.idle_since_us != 0 && now >= ps.idle_since_us + kIdleRestartUs) {
         ps.cc.OnIdleRestart();
       }
-      ps.active_since_us = now;
+      // A gap shorter than the share's rate window (a psd's next segment
+      // to a worker that took the last one quickly) leaves the peer's
+      // rate in that window: it is measured, not new.
+      if (ps.idle_since_us == 0 || now >= ps.idle_since_us + kShareWindowUs) {
+        ps.active_since_us = now;
+      }
     }
     f->timing.taken_us = now;
     f->timing.pacing_holds = ps.pacing_holds;

@@ -8,8 +8,11 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <random>
 
 #include "lib/transport/recv_budget.h"
@@ -556,6 +559,83 @@ TEST_CASE("the ingress share follows a link that got faster", "[endpoint]") {
   REQUIRE(run.RunUntil([&] { return hb->done() && rx.done() == done + 2; }, absl::Seconds(30)));
   CHECK(std::equal(da.begin(), da.end(), rx.buf().begin()));
   CHECK(std::equal(db.begin(), db.end(), rx.buf().begin() + n));
+}
+
+// A psd streams its broadcast in segments: to a worker that takes each
+// before the next comes, every segment is a short flow, while a slow
+// worker's transfer runs on. The short flows' peers keep the rate they
+// showed in the share's window across those gaps: counted as new at every
+// segment (a full share each), they held the long transfer to a third of
+// the measured capacity, below its link. Egress: one sender, three
+// receivers; ingress: three senders, one receiver. 10 Mbit/s links; cap
+// lift off (it would hide the share).
+TEST_CASE("a peer between segments keeps its measured rate in the shares", "[endpoint]") {
+  SimRun run(18, Shaped(10'000'000));
+  const size_t n = 1 << 20;  // 4 MB over the slow link: ~3.4 s at 10 Mbit/s
+  const size_t seg = 8192;   // 32 KB segments every 50 ms: ~5 Mbit/s
+  EndpointConfig cc = Config();
+  cc.congestion.cap_lift = false;
+  const uint32_t pf = cc.payload_floats();
+  auto big = Pattern(n, 11), small = Pattern(seg, 12);
+  Assembler rx_long(n), rx_a(seg), rx_b(seg), rx_all(n + 2 * seg);
+  std::shared_ptr<SendHandle> long_flow;
+  std::vector<std::shared_ptr<SendHandle>> segments;
+  std::function<void(uint32_t)> send_segments;
+  Endpoint* capped = nullptr;  // whose caps the slow transfer is paced under
+  SECTION("egress: one psd, three workers") {
+    Endpoint* slow = run.Add(Config(), &rx_long);
+    Endpoint* a = run.Add(Config(), &rx_a);
+    Endpoint* b = run.Add(Config(), &rx_b);
+    Endpoint* psd = run.Add(cc, nullptr);
+    capped = psd;
+    long_flow = psd->Send(slow->local(), 1, Packets(big, 0, pf));
+    send_segments = [&, psd, a, b](uint32_t it) {
+      segments.push_back(psd->Send(a->local(), it, Packets(small, 0, pf)));
+      segments.push_back(psd->Send(b->local(), it, Packets(small, 0, pf)));
+    };
+  }
+  SECTION("ingress: three psds, one worker") {
+    Endpoint* worker = run.Add(Config(), &rx_all);
+    Endpoint* slow = run.Add(cc, nullptr);
+    Endpoint* a = run.Add(cc, nullptr);
+    Endpoint* b = run.Add(cc, nullptr);
+    capped = slow;
+    long_flow = slow->Send(worker->local(), 1, Packets(big, 0, pf));
+    const uint32_t at = n / kChunkFloats;
+    send_segments = [&, worker, a, b, at](uint32_t it) {
+      segments.push_back(a->Send(worker->local(), it, Packets(small, at, pf)));
+      segments.push_back(b->Send(worker->local(), it, Packets(small, at + 2, pf)));
+    };
+  }
+  REQUIRE(long_flow != nullptr);
+  uint64_t cap_min = UINT64_MAX;  // once the share is measured (a cap set)
+  for (uint32_t it = 2; !long_flow->done(); ++it) {
+    send_segments(it);
+    const uint64_t next = run.clock().MonotonicMicros() + 50'000;
+    REQUIRE(run.RunUntil(
+        [&] {
+          for (const PeerEstimate& p : capped->GetStats().peers) {
+            if (p.rate_cap_bps > 0) cap_min = std::min(cap_min, p.rate_cap_bps);
+          }
+          return long_flow->done() || run.clock().MonotonicMicros() >= next;
+        },
+        absl::Seconds(1)));
+  }
+  REQUIRE(run.RunUntil(
+      [&] {
+        return std::all_of(segments.begin(), segments.end(), [](auto& h) { return h->done(); });
+      },
+      absl::Seconds(5)));
+  CHECK(long_flow->status().ok());
+  const double took = absl::ToDoubleSeconds(long_flow->elapsed());
+  const double at_link = double(n) * 4 * 8 / 10e6;  // payload alone at the link's rate
+  INFO("the slow link's 4 MB took " << took << " s (" << at_link << " s at 10 Mbit/s); "
+                                    << "the smallest cap on its sender " << cap_min / 1e6
+                                    << " Mbit/s");
+  CHECK(cap_min != UINT64_MAX);  // three peers: a share was kept
+  // The short flows' peers counted as new: ~6.6 (egress), ~7.3 (ingress).
+  CHECK(cap_min >= 8'500'000);
+  CHECK(took < 1.1 * at_link);  // 1.15x when the egress share held it
 }
 
 // A daemon's endpoint serves job after job; each job installs its key. A
