@@ -93,6 +93,40 @@ TEST_CASE("a ring hands over records in order, wraps, and fills", "[local_ring]"
   CHECK(!w.TakeSleeping());
 }
 
+// The writer's head and the reader's tail count bytes modulo 2^64; a
+// writer may start them anywhere (it owns the memory). Across 2^64, with
+// a wrap mark there, records still come in order and whole.
+TEST_CASE("indices that pass 2^64 go on as the ring's positions do", "[local_ring]") {
+  Memory m;
+  ShmRing::Init(m.addr(), kCap, 5);
+  uint64_t* words = static_cast<uint64_t*>(m.addr());
+  const uint64_t start = ~uint64_t(0) - 40000 + 1;  // 8-aligned, 40000 before 2^64
+  words[64 / 8] = start;                            // head
+  words[128 / 8] = start;                           // tail
+  ShmRing w, r;
+  REQUIRE(w.Attach(m.addr(), m.bytes(), 5));
+  REQUIRE(r.Attach(m.addr(), m.bytes(), 5));
+  REQUIRE(r.tail() == start);
+  const std::string a = Bytes(20000, 1), b = Bytes(20000, 2);
+  CHECK(Put(w, a));
+  CHECK(Put(w, b));  // past the ring's end: a wrap mark, then b at 0
+  CHECK(w.head() == 20016);
+  uint64_t cursor = r.tail();
+  uint8_t* data;
+  size_t len;
+  uint64_t sent;
+  bool broken = false;
+  REQUIRE(r.Read(&cursor, &data, &len, &sent, &broken));
+  CHECK(std::string(reinterpret_cast<char*>(data), len) == a);
+  REQUIRE(r.Read(&cursor, &data, &len, &sent, &broken));
+  CHECK(std::string(reinterpret_cast<char*>(data), len) == b);
+  CHECK(cursor == 20016);
+  CHECK(!r.Read(&cursor, &data, &len, &sent, &broken));
+  CHECK(!broken);
+  r.Release(cursor);
+  CHECK(w.empty());
+}
+
 TEST_CASE("a ring that breaks its layout is broken, never read past", "[local_ring]") {
   Memory m;
   ShmRing::Init(m.addr(), kCap, 9);

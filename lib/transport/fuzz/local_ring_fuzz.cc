@@ -1,7 +1,9 @@
 // libFuzzer target for the reader of a local ring (local_ring.h): the
 // writer is another process, so its indices and records are any bytes.
 // Whatever they are, Read must hand out only records inside the ring's
-// data, of at most kDatagramBytesMax bytes, each past the last, and stop.
+// data, of at most kDatagramBytesMax bytes, each past the last (the
+// indices count modulo 2^64, as the writer's do: a step of 1 to the
+// capacity), and stop.
 // Built and run by tools/fuzz.sh.
 #include <cstdint>
 #include <cstdlib>
@@ -38,7 +40,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     uint64_t sent = 0;
     const uint64_t was = cursor;
     if (!r.Read(&cursor, &rec, &len, &sent, &broken)) break;
-    if (cursor <= was || len == 0 || len > hetps::transport::kDatagramBytesMax) std::abort();
+    const uint64_t step = cursor - was;
+    if (step == 0 || step > kCap || len == 0 || len > hetps::transport::kDatagramBytesMax) {
+      std::abort();
+    }
     if (rec < lo || rec + len > lo + kCap) std::abort();
     volatile uint8_t sink = rec[0] ^ rec[len - 1];
     (void)sink;
