@@ -41,23 +41,12 @@ SendSample CongestionControl::OnSend(uint64_t now_us, bool retransmission) const
   s.delivered_us = delivered_us_ == 0 ? now_us : delivered_us_;
   s.first_sent_us = first_sent_us_ == 0 ? now_us : first_sent_us_;
   s.retransmitted = retransmission;
-  s.app_limited = app_limited_until_ != 0;
   return s;
-}
-
-void CongestionControl::OnSendIdle(uint64_t now_us) {
-  delivered_us_ = now_us;
-  first_sent_us_ = now_us;
-}
-
-void CongestionControl::OnAppLimited(uint64_t inflight_bytes) {
-  app_limited_until_ = std::max<uint64_t>(delivered_ + inflight_bytes, 1);
 }
 
 void CongestionControl::OnAck(uint64_t now_us, uint32_t bytes, const SendSample& sample) {
   delivered_ += bytes;
   delivered_us_ = now_us;
-  if (app_limited_until_ != 0 && delivered_ > app_limited_until_) app_limited_until_ = 0;
 
   if (!sample.retransmitted && now_us >= sample.sent_us) {
     const uint32_t rtt =
@@ -85,12 +74,8 @@ void CongestionControl::OnAck(uint64_t now_us, uint32_t bytes, const SendSample&
   // shorter interval means the ACK was for an earlier transmission of a
   // packet resent too soon (as Linux tcp_rate_gen), and its rate is bogus.
   const bool unknown_resend = sample.retransmitted && rtprop_us_ == 0;
-  const uint64_t rate =
-      interval_us > 0 ? (delivered_ - sample.delivered_bytes) * 8 * 1'000'000 / interval_us : 0;
-  // App-limited samples (congestion.h) may raise BtlBw, but neither enter
-  // nor age the window below it.
-  const bool path_limited = !sample.app_limited || rate > btlbw_bps_;
-  if (interval_us > 0 && interval_us >= rtprop_us_ && !unknown_resend && path_limited) {
+  if (interval_us > 0 && interval_us >= rtprop_us_ && !unknown_resend) {
+    const uint64_t rate = (delivered_ - sample.delivered_bytes) * 8 * 1'000'000 / interval_us;
     const uint64_t rtt = rtprop_us_ > 0 ? rtprop_us_ : config_.initial_rtt_us;
     const uint64_t window_us =
         std::max<uint64_t>(rtt * config_.btlbw_window_rounds, config_.btlbw_window_min_us);
@@ -109,7 +94,7 @@ void CongestionControl::OnAck(uint64_t now_us, uint32_t bytes, const SendSample&
     if (btlbw_bps_ >= full_bw_ + full_bw_ / 4) {
       full_bw_ = btlbw_bps_;
       full_bw_rounds_ = 0;
-    } else if (!sample.app_limited && ++full_bw_rounds_ >= 3) {
+    } else if (++full_bw_rounds_ >= 3) {
       ExitStartup(now_us);
     }
   }

@@ -75,16 +75,6 @@
 // once half the bytes that made a round congested prove spurious (within
 // the two rounds after it), the cut is undone.
 //
-// App-limited samples (as BBR). A packet sent while the sender had
-// nothing more to send, until what was in flight then is acknowledged,
-// gives a sample of how fast the data came, not of the path: it may raise
-// BtlBw but neither enters nor ages the window below it. A send with
-// nothing in flight times its burst from then, not from the last ACK
-// before the gap (as Linux tcp_rate). Else a flow fed slower than its
-// path (a psd's segments arriving at a slow worker's push rate) lets
-// BtlBw fall to the feed's rate within two windows, and the backlog that
-// follows drains at that rate.
-//
 // Unpaced paths (ours). Where RTprop is below unpaced_rtprop_us (loopback,
 // one LAN or site) the window alone clocks the flow, as a kernel TCP does:
 // no pacing and no fair-share cap. Pacing spreads a window over an RTT so
@@ -159,7 +149,6 @@ struct SendSample {
   uint64_t delivered_us = 0;     // time of that delivery count
   uint64_t first_sent_us = 0;    // send time of the packet acknowledged last, then
   bool retransmitted = false;    // Karn: no RTT sample from retransmissions
-  bool app_limited = false;      // sent while the sender had run out of data (above)
 };
 
 class CongestionControl {
@@ -170,14 +159,6 @@ class CongestionControl {
   SendSample OnSend(uint64_t now_us, bool retransmission) const;
   // An ACK for a packet of `bytes` sent with `sample`.
   void OnAck(uint64_t now_us, uint32_t bytes, const SendSample& sample);
-  // A packet leaves with nothing in flight: this burst's rate samples
-  // count from now, not from the last ACK before the gap (call before
-  // OnSend).
-  void OnSendIdle(uint64_t now_us);
-  // The sender has nothing more to send to this peer while
-  // `inflight_bytes` are in flight: packets sent until those are
-  // acknowledged give app-limited samples (above).
-  void OnAppLimited(uint64_t inflight_bytes);
   // A packet of `bytes` was declared lost; `inflight_bytes` were in flight
   // before it was taken out.
   void OnLoss(uint32_t bytes, uint64_t inflight_bytes);
@@ -225,8 +206,6 @@ class CongestionControl {
   uint64_t delivered_ = 0;
   uint64_t delivered_us_ = 0;
   uint64_t first_sent_us_ = 0;  // send time of the packet acknowledged last
-  // App-limited until delivered_ passes this (0: not app-limited).
-  uint64_t app_limited_until_ = 0;
   // RTprop: windowed min.
   uint32_t rtprop_us_ = 0;
   uint64_t rtprop_stamp_us_ = 0;

@@ -41,7 +41,16 @@ struct Sender {
 
   void RunUntil(uint64_t end_us) {
     while (now < end_us) {
-      Deliver();  // the ACKs due by now
+      // Deliver ACKs due by now.
+      for (size_t i = 0; i < q.size();) {
+        if (q[i].ack_us <= now) {
+          cc.OnAck(q[i].ack_us, kBytes, q[i].s);
+          inflight -= kBytes;
+          q.erase(q.begin() + i);
+        } else {
+          ++i;
+        }
+      }
       if (inflight + kBytes <= cc.cwnd_bytes()) {
         SendSample s = cc.OnSend(now, false);
         q.push_back({path.AckTime(now, kBytes), s});
@@ -49,36 +58,6 @@ struct Sender {
         now += std::max<uint64_t>(1, uint64_t(kBytes) * 8 * 1'000'000 / cc.pacing_rate_bps());
       } else {
         now += 50;
-      }
-    }
-  }
-
-  // Data comes one packet every `gap_us` until `end_us` (a psd's segments
-  // trickling in at a slow worker's push rate): each leaves at once if the
-  // window allows, and then the sender has nothing more (app-limited).
-  void RunAppLimited(uint64_t end_us, uint64_t gap_us) {
-    uint64_t next = now;
-    while (now < end_us) {
-      Deliver();
-      if (now >= next && inflight + kBytes <= cc.cwnd_bytes()) {
-        if (inflight == 0) cc.OnSendIdle(now);
-        SendSample s = cc.OnSend(now, false);
-        q.push_back({path.AckTime(now, kBytes), s});
-        inflight += kBytes;
-        cc.OnAppLimited(inflight);
-        next += gap_us;
-      }
-      now += 50;
-    }
-  }
-  void Deliver() {
-    for (size_t i = 0; i < q.size();) {
-      if (q[i].ack_us <= now) {
-        cc.OnAck(q[i].ack_us, kBytes, q[i].s);
-        inflight -= kBytes;
-        q.erase(q.begin() + i);
-      } else {
-        ++i;
       }
     }
   }
@@ -107,29 +86,6 @@ TEST_CASE("estimates converge to the path's bandwidth and RTT", "[congestion]") 
   // Window about 2 BDP (250 kB BDP at 100 Mbit/s x 20 ms).
   CHECK(cc.cwnd_bytes() > 400'000);
   CHECK(cc.cwnd_bytes() < 600'000);
-}
-
-// App-limited samples (BBR): while data trickles in slower than the path,
-// the delivery rate shows the data, not the path. BtlBw keeps the path's
-// rate through 2 s of it (4 of its windows), so the backlog that comes
-// after leaves at the path's rate, not the trickle's.
-TEST_CASE("a trickle of data does not lower BtlBw below the path", "[congestion]") {
-  CongestionConfig c;
-  c.cwnd_packets_min = 8;
-  CongestionControl cc(c);
-  Sender sender{cc, Path{10'000'000, 20'000}};
-  sender.RunUntil(1'500'000);
-  REQUIRE(cc.btlbw_bps() > 9'000'000);
-  sender.RunAppLimited(sender.now + 2'000'000, 3733);  // 1400 bytes: 3 Mbit/s
-  INFO("BtlBw after the trickle " << cc.btlbw_bps());
-  CHECK(cc.btlbw_bps() > 9'000'000);
-  // A backlog of 320 KB: 256 ms at 10 Mbit/s, 850 ms at the trickle's 3.
-  const uint64_t from = sender.now;
-  const uint64_t delivered = cc.delivered() + 320'000;
-  while (cc.delivered() < delivered) sender.RunUntil(sender.now + 1000);
-  const uint64_t took_us = sender.now - from;
-  INFO("the backlog took " << took_us << " us");
-  CHECK(took_us < 340'000);  // 256 ms at the path's rate, plus its RTT
 }
 
 // Room: a flow that ran under a 1/8 share and is then alone (the cap is

@@ -152,8 +152,7 @@ void Endpoint::Impl::SendData(uint64_t now) {
         f.state[seq].queued_retx = false;
         retransmission = true;
       } else if (seq == UINT32_MAX) {
-        // Everything sent, waiting for ACKs; all flows so: app-limited.
-        if (++idle_flows == ps.flows.size()) ps.cc.OnAppLimited(ps.inflight_bytes);
+        ++idle_flows;  // everything sent, waiting for ACKs
         continue;
       }
       idle_flows = 0;
@@ -174,7 +173,6 @@ void Endpoint::Impl::SendData(uint64_t now) {
       if (f.timing.first_sent_us == 0) f.timing.first_sent_us = now;
       f.timing.last_sent_us = now;
       st.tx_seq = ++ps.tx_counter;
-      if (ps.inflight_bytes == 0 && !retransmission) ps.cc.OnSendIdle(now);
       st.sample = ps.cc.OnSend(now, retransmission || st.tx_count > 0);
       ++st.tx_count;
       st.in_flight = true;
