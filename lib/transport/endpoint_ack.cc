@@ -121,8 +121,8 @@ void Endpoint::Impl::EmitAcks(uint64_t now) {
 // window, after a longer gap, has not shown a rate yet: it counts as able
 // to take a full share, not as a slow one (else the first share it hears
 // is the link). One whose flows paused for less (a psd's segments to a
-// worker that took each at once) is measured: counted as new at every
-// segment, it held the others to an even split of what it left them.
+// worker that takes each at once) is measured: counted as new at every
+// segment, it would hold the others to an even split of what it leaves.
 namespace {
 uint64_t ShareRate(IngressRate& recent, uint64_t active_since_us, uint64_t now) {
   return now - active_since_us < kShareWindowUs ? UINT64_MAX : recent.rate_bps(now);

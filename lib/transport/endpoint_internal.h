@@ -75,7 +75,7 @@ struct PeerState {
   std::deque<uint32_t> flows;                  // active flow ids, served round-robin
   uint64_t receiver_share_bps = 0;             // the receiver's fair share (ACK btlbw_kbps)
   IngressRate acked{kShareBinUs, kShareBins};  // bytes acknowledged (egress share)
-  uint64_t active_since_us = 0;                // flows after kShareWindowUs idle
+  uint64_t active_since_us = 0;                // first flow after kShareWindowUs idle
   uint64_t idle_since_us = 0;                  // flows became empty; 0: never active
   double srtt_us = 0;
   double rttvar_us = 0;
