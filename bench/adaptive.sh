@@ -32,7 +32,9 @@
 # recover). Steady rounds vary by 10-20% one to the next (printed), so
 # "stays in" is late whenever a few slow rounds come together. Also what the
 # switches cost (a plan's first round and the round before it, and how
-# long the moved chunks held the first round's broadcast). The plans
+# long the moved chunks held the first round's broadcast), and where the
+# slowest host's settled rounds go (its worker's push, then the tail of
+# its pull; from the workers' traces). The plans
 # schedd issued, with the host readings each was made from:
 # DIR/permute-plans.json; the link matrix every 2 s or so:
 # DIR/permute-links.txt, and how many of its reports read above what the
@@ -53,6 +55,8 @@
 #          [--probe_bytes N] (the jobs' probe_chunk_bytes; default: the job default)
 #          [--node_flag FLAG]... (one more flag for every psd and workerd, e.g.
 #          --data_egress_share=true)
+#          [--worker_flag FLAG]... (one more flag for every workerd only)
+#          [--psd_flag FLAG]... (one more flag for every psd only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -72,6 +76,8 @@ segment_bytes=65536  # 4 of these chunks: a psd's share pipelines
 plan_lead=""
 probe_bytes=""
 extra_node_flags=()
+extra_worker_flags=()
+extra_psd_flags=()
 node_metrics=0
 out=out/adaptive
 while [ $# -gt 0 ]; do
@@ -87,13 +93,15 @@ while [ $# -gt 0 ]; do
     --plan_lead) plan_lead=$2; shift 2 ;;
     --probe_bytes) probe_bytes=$2; shift 2 ;;
     --node_flag) extra_node_flags+=("$2"); shift 2 ;;
+    --worker_flag) extra_worker_flags+=("$2"); shift 2 ;;
+    --psd_flag) extra_psd_flags+=("$2"); shift 2 ;;
     --period_s) period_s=$2; shift 2 ;;
     --changes) changes=$2; shift 2 ;;
     --segment_bytes) segment_bytes=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --trace) trace=1; shift ;;
     --node_metrics) node_metrics=1; shift ;;
-    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^set -euo/ { exit } NR > 1' "$0"; exit 0 ;;
     *) echo "adaptive: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -166,11 +174,12 @@ start_cluster() {  # start_cluster HOSTS WORKER_HOST0 (1: worker-0 on host 1, al
     wh=$i
     [ "$alone" -eq 1 ] && wh=1
     if [ "$alone" -eq 0 ] || [ "$i" -eq 0 ]; then
-      start "$i" psd "psd-$i" "${node_flags[@]}" --data_listen="$(ip_of "$i"):0"
+      start "$i" psd "psd-$i" "${node_flags[@]}" ${extra_psd_flags[@]+"${extra_psd_flags[@]}"} \
+        --data_listen="$(ip_of "$i"):0"
     fi
     if [ "$alone" -eq 0 ] || [ "$i" -eq 0 ]; then
-      start "$wh" workerd "worker-$i" "${node_flags[@]}" --data_listen="$(ip_of "$wh"):0" \
-        --cpu_threads=1
+      start "$wh" workerd "worker-$i" "${node_flags[@]}" ${extra_worker_flags[@]+"${extra_worker_flags[@]}"} \
+        --data_listen="$(ip_of "$wh"):0" --cpu_threads=1
     fi
   done
   local want=$((alone == 1 ? 3 : 2 * hosts + 1))
@@ -511,6 +520,41 @@ if first:
         print("adaptive: the moved chunks held the first broadcast %.2f s on average after the "
               "last psd closed the round before (at most %.2f s)" % (statistics.mean(wait),
                                                                   max(wait)))
+PY
+  # Where a settled round goes on the slowest host (its worker's trace):
+  # its push (compute end to the last ACK) and the wait after it for the
+  # rest of the next round's parameters (the pull's tail), medians and
+  # 90th percentiles over each period's second half. The tail is the
+  # parameters the psds still had queued for that host when its push
+  # ended (docs/results/2026-11-28-pull-tail.md).
+  python3 - "$out/trace" "$changes_file" "$end_us" <<'PY'
+import glob, json, statistics, sys
+trace_dir, changes_file, end_us = sys.argv[1], sys.argv[2], int(sys.argv[3])
+changes = [(int(l.split()[0]), [float(x) for x in l.split()[1:]]) for l in open(changes_file)]
+edges = [c[0] for c in changes] + [end_us]
+for k, (t, rates) in enumerate(changes):
+    slow = rates.index(min(rates))
+    its = {}
+    for f in glob.glob(trace_dir + "/*-worker-%d.jsonl" % slow):
+        for line in open(f):
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if e.get("ev") == "iteration":
+                its[e["t"]] = e
+    half = (t + edges[k + 1]) / 2
+    push, tail = [], []
+    for i, e in its.items():
+        if half <= e["push"] < edges[k + 1] and i + 1 in its:
+            push.append((e["pushed"] - e["push"]) / 1e3)
+            tail.append((its[i + 1]["woke"] - e["pushed"]) / 1e3)
+    if len(push) < 2:
+        continue
+    q = lambda v: (statistics.median(v), statistics.quantiles(v, n=10)[-1])
+    print("adaptive: after change %d, the %g Mbit/s host's worker: push %.0f ms (90th pct %.0f), "
+          "then the pull's tail %.0f ms (%.0f), %d rounds" % ((k + 1, rates[slow]) + q(push) + q(tail) +
+                                                            (len(push),)))
 PY
   # Link reports above what the slower of their two hosts can carry (by
   # more than 15%), each report once, none within 3 s after a change:
