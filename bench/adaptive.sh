@@ -544,17 +544,26 @@ for k, (t, rates) in enumerate(changes):
             if e.get("ev") == "iteration":
                 its[e["t"]] = e
     half = (t + edges[k + 1]) / 2
-    push, tail = [], []
+    push, tail, queued = [], [], []
     for i, e in its.items():
         if half <= e["push"] < edges[k + 1] and i + 1 in its:
             push.append((e["pushed"] - e["push"]) / 1e3)
             tail.append((its[i + 1]["woke"] - e["pushed"]) / 1e3)
+            # Its push flows' mean round trip over RTprop: queues on
+            # either direction of their paths (its ACKs come back
+            # through the psds' uplinks).
+            queued.extend((f["rtt_mean_us"] - f["rtprop_us"]) / 1e3 for f in e["pushes"]
+                          if f.get("rtt_mean_us") and f["rtprop_us"] and
+                          f["last_sent"] - f["first_sent"] > 2000)
     if len(push) < 2:
         continue
     q = lambda v: (statistics.median(v), statistics.quantiles(v, n=10)[-1])
     print("adaptive: after change %d, the %g Mbit/s host's worker: push %.0f ms (90th pct %.0f), "
           "then the pull's tail %.0f ms (%.0f), %d rounds" % ((k + 1, rates[slow]) + q(push) + q(tail) +
                                                             (len(push),)))
+    if len(queued) >= 2:
+        print("adaptive:   its push flows' mean round trip over RTprop: %.0f ms (90th pct %.0f)" %
+              q(queued))
 PY
   # Link reports above what the slower of their two hosts can carry (by
   # more than 15%), each report once, none within 3 s after a change:

@@ -50,6 +50,16 @@ def row(name, xs, note="", scale=1.0):
     print(f"  {name:<44} {statistics.mean(xs):8.3f} {statistics.median(xs):8.3f} {p90:8.3f}  {note}")
 
 
+def rtt_rows(flows):
+    """Each flow's mean round trip against its peer's RTprop: what queued
+    on either direction of the path (traces from before the rtt keys have
+    none)."""
+    fl = [f for f in flows if f.get("rtt_mean_us")]
+    row(" round trip, flow mean", [f["rtt_mean_us"] for f in fl], "(ms)", 1e-3)
+    row(" round trip, flow mean over RTprop",
+        [f["rtt_mean_us"] - f["rtprop_us"] for f in fl if f["rtprop_us"]], "(ms)", 1e-3)
+
+
 def critical_path(iters, rounds, skip):
     """Each round's chain of events: the psd that closed last, the worker
     whose push it waited for, the psd whose broadcast that worker waited for."""
@@ -137,6 +147,7 @@ def main(argv):
     row(" last datagram -> done (ACK)", [ms(f["last_sent"], f["done"]) for f in fl])
     row(" pacing holds / flow", [f["pacing_holds"] for f in fl], "(count)")
     row(" window holds / flow", [f["window_holds"] for f in fl], "(count)")
+    rtt_rows(fl)
     print("server")
     rs = [r for s in rounds.values() for t, r in sorted(s.items()) if t >= skip]
     row("round (start -> applied)", [ms(r["start"], r["applied"]) for r in rs])
@@ -157,6 +168,7 @@ def main(argv):
     row(" fair-share cap", [f["cap_bps"] if f["cap_bps"] else None for f in bl],
         f"(Mbit/s; capped in {sum(1 for f in bl if f['cap_bps'])} of {len(bl)} flows)", 1e-6)
     row(" pacing rate", [f["pacing_bps"] for f in bl], "(Mbit/s)", 1e-6)
+    rtt_rows(bl)
     critical_path(iters, rounds, skip)
     print("iteration time by tenth of the job (mean ms)")
     for w, tr in sorted(iters.items()):

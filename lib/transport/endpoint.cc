@@ -67,6 +67,9 @@ void AppendJson(const FlowTiming& t, JsonWriter* w) {
   w->Key("btlbw_bps").Uint(t.btlbw_bps);
   w->Key("rtprop_us").Uint(t.rtprop_us);
   w->Key("startup").Bool(t.in_startup);
+  w->Key("rtt_min_us").Uint(t.rtt_min_us);
+  w->Key("rtt_mean_us").Uint(t.rtt_mean_us);
+  w->Key("rtt_max_us").Uint(t.rtt_max_us);
   w->EndObject();
 }
 

@@ -190,6 +190,13 @@ struct FlowTiming {
   uint64_t btlbw_bps = 0;
   uint32_t rtprop_us = 0;
   bool in_startup = false;
+  // Round trips of its packets acknowledged on their first send (a
+  // delayed ACK's wait included): the smallest, mean and largest (0:
+  // none). Beside the peer's RTprop they show the queues on both
+  // directions of the path while it ran.
+  uint32_t rtt_min_us = 0;
+  uint32_t rtt_mean_us = 0;
+  uint32_t rtt_max_us = 0;
 };
 
 // As one JSON object (times in microseconds, rates in bit/s).

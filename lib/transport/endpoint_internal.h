@@ -54,7 +54,9 @@ struct SendFlow {
   bool lossy = false;
   uint32_t critical_count = 0;
   std::deque<uint32_t> rq;
-  FlowTiming timing;  // the peer's hold counters when taken, until it finishes
+  FlowTiming timing;        // the peer's hold counters when taken, until it finishes
+  uint64_t rtt_sum_us = 0;  // FlowTiming's rtt_mean_us, over rtt_samples
+  uint32_t rtt_samples = 0;
 };
 
 struct InflightEntry {

@@ -83,6 +83,7 @@ void Endpoint::Impl::FinishFlow(uint32_t flow_id, absl::Status s) {
   SendFlow& f = *it->second;
   FlowTiming& t = f.timing;
   t.done_us = Now();
+  if (f.rtt_samples > 0) t.rtt_mean_us = static_cast<uint32_t>(f.rtt_sum_us / f.rtt_samples);
   auto pit = peers.find(f.peer);
   if (pit != peers.end()) {
     PeerState& ps = *pit->second;
@@ -345,6 +346,12 @@ bool Endpoint::Impl::AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t n
   ps.acked.OnBytes(now, bytes);
   if (!sample.retransmitted && now >= sample.sent_us) {
     const double rtt = double(now - sample.sent_us);
+    const uint32_t rtt_us =
+        static_cast<uint32_t>(std::min<uint64_t>(now - sample.sent_us, UINT32_MAX));
+    if (f.rtt_samples == 0 || rtt_us < f.timing.rtt_min_us) f.timing.rtt_min_us = rtt_us;
+    f.timing.rtt_max_us = std::max(f.timing.rtt_max_us, rtt_us);
+    f.rtt_sum_us += rtt_us;
+    ++f.rtt_samples;
     if (ps.srtt_us == 0) {
       ps.srtt_us = rtt;
       ps.rttvar_us = rtt / 2;

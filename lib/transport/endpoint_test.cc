@@ -397,6 +397,28 @@ TEST_CASE("the receiver's fair share reaches its senders' caps", "[endpoint]") {
 // On a path of microseconds (loopback, a LAN) the window alone clocks a
 // flow (congestion.h, unpaced paths): no fair-share cap, no pacing holds,
 // even with two senders into one receiver.
+// A flow's round trips (FlowTiming::rtt_*): never under the path's
+// propagation, and over a slow link a queue shows as a spread. 5 ms each
+// way, 10 Mbit/s; a first flow's startup overfills the queue at the link.
+TEST_CASE("a flow's timing reports its round trips", "[endpoint]") {
+  SimRun run(21, Shaped(10'000'000));
+  const size_t n = 1 << 16;  // 256 KB
+  Assembler rx(n);
+  Endpoint* server = run.Add(Config(), &rx);
+  Endpoint* client = run.Add(Config(), nullptr);
+  auto data = Pattern(n, 14);
+  auto h = client->Send(server->local(), 1, Packets(data, 0, Config().payload_floats()));
+  REQUIRE(run.RunUntil([&] { return h->done() && rx.done() == 1; }, absl::Seconds(30)));
+  const FlowTiming t = h->timing();
+  INFO("rtt min / mean / max " << t.rtt_min_us << " / " << t.rtt_mean_us << " / " << t.rtt_max_us
+                               << " us, rtprop " << t.rtprop_us << " us");
+  CHECK(t.rtt_min_us >= 10'000);  // propagation, both ways
+  CHECK(t.rtt_min_us <= t.rtt_mean_us);
+  CHECK(t.rtt_mean_us <= t.rtt_max_us);
+  CHECK(t.rtt_max_us > t.rtt_min_us + 2'000);  // the startup's queue
+  CHECK(t.rtt_max_us < 1'000'000);             // within the link's 1 MB queue
+}
+
 TEST_CASE("paths of microseconds are neither paced nor capped", "[endpoint]") {
   const size_t n = 1 << 18;  // 1 MB each
   SimRun run(14);            // 20 us one way
