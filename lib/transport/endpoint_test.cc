@@ -394,12 +394,9 @@ TEST_CASE("the receiver's fair share reaches its senders' caps", "[endpoint]") {
   CHECK(absl::ToDoubleSeconds(hb->elapsed()) >= floor_s);
 }
 
-// On a path of microseconds (loopback, a LAN) the window alone clocks a
-// flow (congestion.h, unpaced paths): no fair-share cap, no pacing holds,
-// even with two senders into one receiver.
 // A flow's round trips (FlowTiming::rtt_*): never under the path's
 // propagation, and over a slow link a queue shows as a spread. 5 ms each
-// way, 10 Mbit/s; a first flow's startup overfills the queue at the link.
+// way, 10 Mbit/s; a first flow's startup builds a queue at the link.
 TEST_CASE("a flow's timing reports its round trips", "[endpoint]") {
   SimRun run(21, Shaped(10'000'000));
   const size_t n = 1 << 16;  // 256 KB
@@ -419,6 +416,9 @@ TEST_CASE("a flow's timing reports its round trips", "[endpoint]") {
   CHECK(t.rtt_max_us < 1'000'000);             // within the link's 1 MB queue
 }
 
+// On a path of microseconds (loopback, a LAN) the window alone clocks a
+// flow (congestion.h, unpaced paths): no fair-share cap, no pacing holds,
+// even with two senders into one receiver.
 TEST_CASE("paths of microseconds are neither paced nor capped", "[endpoint]") {
   const size_t n = 1 << 18;  // 1 MB each
   SimRun run(14);            // 20 us one way
