@@ -345,9 +345,9 @@ bool Endpoint::Impl::AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t n
   if (!ps.cc.unpaced()) egress.OnBytes(now, bytes);  // the egress link's bytes only
   ps.acked.OnBytes(now, bytes);
   if (!sample.retransmitted && now >= sample.sent_us) {
-    const double rtt = double(now - sample.sent_us);
     const uint32_t rtt_us =
         static_cast<uint32_t>(std::min<uint64_t>(now - sample.sent_us, UINT32_MAX));
+    const double rtt = rtt_us;
     if (f.rtt_samples == 0 || rtt_us < f.timing.rtt_min_us) f.timing.rtt_min_us = rtt_us;
     f.timing.rtt_max_us = std::max(f.timing.rtt_max_us, rtt_us);
     f.rtt_sum_us += rtt_us;
