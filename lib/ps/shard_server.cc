@@ -194,20 +194,12 @@ bool ShardServer::AnnounceDue(uint32_t t) const {
 }
 
 bool ShardServer::AnnounceNow(uint32_t t) const {
-  if (config_.server_index != 0 || !AnnounceDue(t)) return false;
-  // While no push of round t has come, the others are still pulling or
-  // computing it: announced now for t + plan_lead, the plan reaches them
-  // before they close t, and it starts a round sooner than from t + 1's
-  // open. Later, it waits for that open, so that no server opens its
-  // first round before hearing of it (a re-opened round costs a
-  // broadcast).
-  for (const auto& [peer, slot] : slots_) {
-    if (slot.done) return false;
-    for (uint64_t n : slot.got) {
-      if (n > 0) return false;
-    }
-  }
-  return true;
+  // At once, for t + plan_lead: waiting for t + 1's open would start the
+  // plan a round later, and that round runs the old map on the network
+  // that made schedd issue a new one (seconds on a slow link). A server
+  // that closes t before the announcement reaches it opens t + 1 again
+  // under the plan, which costs the part of its broadcast sent before.
+  return config_.server_index == 0 && AnnounceDue(t);
 }
 
 void ShardServer::Announce(uint32_t t) {

@@ -261,15 +261,14 @@ class ShardServer : public transport::Receiver {
   // After round t's step: the checkpoint of t + 1 rounds applied, if due
   // and the writer is idle. Returns the copy's time (0: none taken).
   double MaybeCheckpoint(uint32_t t);
-  // Server 0, at round t's open, or in round t while AnnounceNow: announces
+  // Server 0, at round t's open, or in round t when AnnounceNow: announces
   // the newest proposal (if AnnounceDue) from round t + plan_lead, and the
   // plans some peer was not told of.
   void Announce(uint32_t t);
   // A proposal can be announced in round t: the plan before it is in
   // force, and it would start before the job ends.
   bool AnnounceDue(uint32_t t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Server 0 announces a proposal in round t before the round's open
-  // t + 1: AnnounceDue, and no push of round t came yet.
+  // Server 0 announces a proposal in round t as soon as AnnounceDue.
   bool AnnounceNow(uint32_t t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Switches to `next` (in force from round t): the parameters of the
   // chunks given up out, those of the chunks taken over in, then the new
