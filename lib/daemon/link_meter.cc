@@ -131,34 +131,7 @@ void LinkMeter::AddTraffic(const transport::FlowResult& r, double wire) {
   traffic_new_ = true;
 }
 
-void LinkMeter::OnFlowBegin(const transport::Peer& from, const transport::Header& first) {
-  const uint64_t now_us = clock_->MonotonicMicros();
-  absl::MutexLock lock(&mu_);
-  Link& l = links_[from];
-  if (l.open.size() >= kOpenMax) {
-    for (auto it = l.open.begin(); it != l.open.end();) {
-      if (it->second.begin_us + kOpenForgetUs < now_us) {
-        l.open.erase(it++);
-      } else {
-        ++it;
-      }
-    }
-  }
-  if (l.open.size() >= kOpenMax) {
-    l.open_full = true;
-    return;
-  }
-  l.open[first.flow_id] = Link::Open{now_us, first.iteration};
-}
-
 void LinkMeter::OnFlow(const transport::Peer& from, const transport::FlowResult& r) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (auto it = links_.find(from); it != links_.end()) {
-      it->second.open.erase(r.flow_id);
-      if (it->second.open.empty()) it->second.open_full = false;
-    }
-  }
   if (r.received == 0 || r.last_us < r.first_us) return;
   // Bytes as the link carries them: each datagram's header and its IPv4
   // and UDP headers count, as a shaper counts them.
@@ -239,26 +212,12 @@ void LinkMeter::CloseSpan(Link* l) {
 void LinkMeter::CloseQuietSpans(uint64_t now_us) {
   for (auto& [peer, l] : links_) {
     const Link::Span& sp = l.span;
-    if (!sp.open) continue;
-    const uint64_t gap = SpanGapUs(sp, sp.per_packet);
-    if (now_us <= sp.last_us + gap) continue;
-    // A flow that continues the span began before its last arrival, or
-    // in its round within the gap (OnFlow): past the gap, each such flow
-    // has begun, and the span is over unless one of them is still open.
-    // Waiting instead until such a flow would be over (twice the longest
-    // of the span's flows after the gap) would hold a long flow's reading
-    // for about three times its length, as long as schedd reads it for;
-    // that wait stays the rule where the open flows are not all known.
-    bool over = !l.open_full;
-    for (const auto& [id, o] : l.open) {
-      if (o.begin_us + kOpenForgetUs < now_us) continue;  // forgotten by the endpoint
-      if (o.begin_us <= sp.last_us ||
-          (o.iteration == sp.iteration && o.begin_us <= sp.last_us + gap)) {
-        over = false;
-        break;
-      }
+    // A flow that continues the span began within the gap and, being of
+    // about the size of the span's flows, is over within twice the
+    // longest of them; until then it may still come.
+    if (sp.open && now_us > sp.last_us + SpanGapUs(sp, sp.per_packet) + 2 * sp.longest_us) {
+      CloseSpan(&l);
     }
-    if (over || now_us > sp.last_us + gap + 2 * sp.longest_us) CloseSpan(&l);
   }
 }
 

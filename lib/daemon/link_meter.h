@@ -111,20 +111,12 @@ class LinkMeter final : public transport::FlowObserver {
   static constexpr double kSpanGapPackets = 4;
   static constexpr uint64_t kSpanGapMinUs = 200;
   static constexpr uint64_t kSpanProbes = 8;
-  // Flows begun and not ended, kept per link to tell when a span is over
-  // (CloseQuietSpans): at most kOpenMax, each for at most kOpenForgetUs (the
-  // endpoint forgets a flow half-received without ending it).
-  static constexpr size_t kOpenMax = 256;
-  static constexpr uint64_t kOpenForgetUs = 60'000'000;
 
   // `clock`: the endpoint's, whose MonotonicMicros times the flows.
   explicit LinkMeter(const LinkMeterConfig& config = {}, const Clock* clock = RealClock::Get())
       : config_(config), clock_(clock) {}
   void SetConfig(const LinkMeterConfig& config);
 
-  // A flow from `from` began (endpoint thread): until it ends it may
-  // continue its link's span, which stays open for it (CloseQuietSpans).
-  void OnFlowBegin(const transport::Peer& from, const transport::Header& first) override;
   // A flow received from `from` ended (endpoint thread).
   void OnFlow(const transport::Peer& from, const transport::FlowResult& r) override;
   // Links with an estimate never reported, moved by more than
@@ -167,12 +159,6 @@ class LinkMeter final : public transport::FlowObserver {
       double per_packet = 0;    // wire bytes per packet, its latest flow
     };
     Span span;
-    struct Open {
-      uint64_t begin_us = 0;
-      uint32_t iteration = 0;
-    };
-    absl::flat_hash_map<uint32_t, Open> open;        // by flow id (OnFlowBegin)
-    bool open_full = false;                          // a flow began that `open` could not hold
     double reported = 0;                             // 0: never
     uint64_t reported_samples = 0, reported_us = 0;  // when it was
   };

@@ -345,69 +345,6 @@ TEST_CASE("a span ends at a pause, and after kSpanProbes probes' bytes", "[links
   CHECK(Only(m).bytes_per_s == Approx(5 * wire / 0.005));
 }
 
-// A span is over once past its gap no flow that could continue it is
-// open: one begun before its last arrival, or in its round within the gap
-// (OnFlowBegin says which are open). Not knowing, it would wait twice its
-// longest flow past the gap.
-TEST_CASE("a span is over past its gap once no flow that may continue it is open", "[links]") {
-  FakeClock clock;
-  LinkMeter m({/*probe_bytes=*/10'000, /*probe_num=*/1, /*report_rate=*/0.1}, &clock);
-  const transport::Peer a{1, 1};
-  const double wire = 1000 + kPacketOverheadBytes;
-  auto begin = [&](uint32_t id, uint32_t iteration) {
-    transport::Header h;
-    h.flow_id = id;
-    h.iteration = iteration;
-    m.OnFlowBegin(a, h);
-  };
-  // 10-packet flows of 1000 bytes, a packet every ms from now.
-  auto flow = [&](uint32_t id, uint32_t iteration) {
-    const uint64_t at = clock.MonotonicMicros();
-    transport::FlowResult r = Flow(10'000, 10, at, at + 9'000);
-    r.mid_us = at + 4'000;
-    r.flow_id = id;
-    r.iteration = iteration;
-    return r;
-  };
-  auto advance_us = [&](uint64_t us) { clock.Advance(absl::Microseconds(us)); };
-  // Flow 1 of round 0 (0-9 ms), and flow 2 of that round (5-14 ms).
-  begin(1, 0);
-  transport::FlowResult one = flow(1, 0);
-  advance_us(5'000);
-  begin(2, 0);
-  transport::FlowResult two = flow(2, 0);
-  advance_us(4'000);
-  m.OnFlow(a, one);  // its last arrival now; the gap is its 9 ms
-  // Past the gap, flow 2, begun before that arrival, is open: the span
-  // waits for it.
-  advance_us(10'000);
-  CHECK(Only(m).samples == 0);
-  advance_us(4'000);
-  m.OnFlow(a, two);  // at 23 ms: the span's last arrival is 14 ms
-  CHECK(Only(m).samples == 0);
-  // A flow of the next round begins within the gap (25 ms): it does not
-  // hold this span.
-  advance_us(2'000);
-  begin(3, 1);
-  transport::FlowResult three = flow(3, 1);
-  advance_us(8'000);  // 33 ms: past the gap, short of 41 (twice the longest flow after it)
-  REQUIRE(Only(m).samples == 1);
-  // From flow 1's middle (4 ms): its last 5 packets and flow 2's 10, to
-  // 14 ms.
-  CHECK(Only(m).bytes_per_s == Approx(15 * wire / 0.010));
-  // Flow 3 ends at 34 ms, as flow 4 of its round begins: the span waits
-  // for flow 4 (to 43 ms), and is over past its gap.
-  advance_us(1'000);
-  m.OnFlow(a, three);
-  begin(4, 1);
-  transport::FlowResult four = flow(4, 1);
-  advance_us(20'000);
-  CHECK(Only(m).samples == 1);
-  m.OnFlow(a, four);  // 54 ms, short of 70
-  REQUIRE(Only(m).samples == 2);
-  CHECK(Only(m).bytes_per_s == Approx(15 * wire / 0.014));
-}
-
 TEST_CASE("link meter settings are checked", "[links]") {
   CHECK(ValidateLinkMeterConfig({}).ok());
   CHECK(!ValidateLinkMeterConfig({100, 4, 0.1}).ok());

@@ -3,7 +3,7 @@
 // another. With no target, every flow is refused (counted as "unexpected"
 // by the endpoint). Set() waits until no callback is running into the old
 // target, so the caller may destroy it afterwards. An observer, when set,
-// is told when each flow the target took begins and ends (link awareness).
+// is told of every flow the target took to its end (link awareness).
 // Thread-safe.
 #ifndef HETPS_LIB_TRANSPORT_RECEIVER_MUX_H_
 #define HETPS_LIB_TRANSPORT_RECEIVER_MUX_H_
@@ -17,10 +17,6 @@ namespace transport {
 class FlowObserver {
  public:
   virtual ~FlowObserver() = default;
-  // A flow the target took began (its first packet came): `first` is that
-  // packet's header. Every such flow ends in OnFlow, unless the endpoint
-  // forgets it half-received (EndpointConfig::recv_flow_idle_ms).
-  virtual void OnFlowBegin(const Peer& from, const Header& first) {}
   virtual void OnFlow(const Peer& from, const FlowResult& result) = 0;
 };
 
@@ -38,10 +34,7 @@ class ReceiverMux final : public Receiver {
 
   DropReason AcceptFlow(const Peer& from, const Header& first) override {
     absl::ReaderMutexLock lock(&mu_);
-    if (target_ == nullptr) return DropReason::kUnexpected;
-    const DropReason why = target_->AcceptFlow(from, first);
-    if (why == DropReason::kNone && observer_ != nullptr) observer_->OnFlowBegin(from, first);
-    return why;
+    return target_ != nullptr ? target_->AcceptFlow(from, first) : DropReason::kUnexpected;
   }
   void OnData(const Peer& from, const Header& h, const uint8_t* payload) override {
     absl::ReaderMutexLock lock(&mu_);
