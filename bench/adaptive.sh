@@ -36,7 +36,8 @@
 # slowest host's settled rounds go (its worker's push, then the tail of
 # its pull; from the workers' traces). The plans
 # schedd issued, with the host readings each was made from:
-# DIR/permute-plans.json; the link matrix every 2 s or so:
+# DIR/permute-plans.json, and every decision of the run with why and its
+# readings: DIR/permute-decisions.json; the link matrix every 2 s or so:
 # DIR/permute-links.txt, and how many of its reports read above what the
 # slower of their two hosts can carry; with --node_metrics, each node's
 # per-peer transport state (BtlBw, fair-share cap, cwnd, restarts) every
@@ -363,6 +364,16 @@ if [ "$part" = permute ]; then
     done
   ) >"$out/permute-links.txt" 2>/dev/null &
   links_pid=$!
+  # schedd keeps its latest 64 decisions: the policy every 20 s, so that
+  # DIR/permute-decisions.json has every one of the run (merged below).
+  (
+    while :; do
+      { psctl policy show -o json 2>/dev/null || true; } | tr -d '\n'
+      echo
+      sleep 20
+    done
+  ) >"$out/permute-policy.jsonl" 2>/dev/null &
+  policy_pid=$!
   # With --node_metrics, each node's per-peer transport state (BtlBw, the
   # fair-share cap, cwnd; startup restarts and cap-lift rounds), for
   # reading what held a host's flows after its link changed:
@@ -398,11 +409,30 @@ if [ "$part" = permute ]; then
     sleep "$period_s"
   done
   end_us=$(python3 -c 'import time; print(int(time.monotonic() * 1e6))')
-  kill "$links_pid" $metrics_pid 2>/dev/null || true
-  wait "$links_pid" $metrics_pid 2>/dev/null || true
+  kill "$links_pid" "$policy_pid" $metrics_pid 2>/dev/null || true
+  wait "$links_pid" "$policy_pid" $metrics_pid 2>/dev/null || true
   state=$(psctl job status -o json | sed -nE 's/.*"state":"([a-z]+)".*/\1/p' | head -1)
   # The plans issued, with the host throughputs each was made from.
   psctl policy show -o json >"$out/permute-plans.json" 2>/dev/null || true
+  python3 - "$out/permute-policy.jsonl" "$out/permute-plans.json" >"$out/permute-decisions.json" <<'PY' || true
+import json, sys
+seen = {}
+for path in sys.argv[1:]:
+    text = open(path).read()
+    try:
+        docs = [json.loads(text)]  # psctl's output, one document
+    except ValueError:
+        docs = []
+        for line in text.splitlines():  # the snapshots, one a line
+            try:
+                docs.append(json.loads(line))
+            except ValueError:
+                continue
+    for doc in docs:
+        for d in doc.get("decisions", []):
+            seen[(d.get("unix_ms", 0), d.get("why", ""))] = d
+json.dump([seen[k] for k in sorted(seen)], sys.stdout, indent=1)
+PY
   # Each node's metrics (re-opened rounds, plan switches, data plane).
   scrape_metrics permute "$hosts"
   reopened=$(cat "$out"/metrics-permute-psd-*.txt 2>/dev/null |
