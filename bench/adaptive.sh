@@ -442,9 +442,11 @@ PY
   stop_all
   bash $tb down >/dev/null
   [ "$state" = running ] || { echo "adaptive: the job was $state before the end; logs in $out" >&2; exit 1; }
-  python3 - "$out/trace" "$changes_file" "$end_us" "$update_time_s" <<'PY'
+  python3 - "$out/trace" "$changes_file" "$end_us" "$update_time_s" "$out/permute-plans.json" \
+    "$out/permute-links.txt" <<'PY'
 import glob, json, statistics, sys
 trace_dir, changes_file, end_us, update_s = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+plans_file, links_file = sys.argv[5], sys.argv[6]
 starts, plans = {}, {}  # psd 0's
 psd = {}  # every psd's round lines, by round and trace file
 for f in glob.glob(trace_dir + "/*-psd-*.jsonl"):
@@ -550,14 +552,10 @@ if first:
         print("adaptive: the moved chunks held the first broadcast %.2f s on average after the "
               "last psd closed the round before (at most %.2f s)" % (statistics.mean(wait),
                                                                   max(wait)))
-PY
-  # How soon each change got its map: every plan schedd issued in the
-  # period, when after the change, and when its first round began at
-  # psd-0 (plans carry schedd's calendar time; psctl links' samples pair
-  # it with CLOCK_MONOTONIC, the traces' clock).
-  python3 - "$out/trace" "$changes_file" "$end_us" "$out/permute-plans.json" "$out/permute-links.txt" <<'PY'
-import glob, json, statistics, sys
-trace_dir, changes_file, end_us, plans_file, links_file = sys.argv[1:6]
+# How soon each change got its map: every plan schedd issued in the
+# period, when after the change, and when its first round began at psd 0
+# (plans carry schedd's calendar time; psctl links' samples pair it with
+# CLOCK_MONOTONIC, the traces' clock).
 offsets = []
 for line in open(links_file):
     mono, _, text = line.partition(" ")
@@ -571,27 +569,20 @@ except (OSError, ValueError):
     book = {}
 issued = [(p["version"], p["issued_unix_ms"] * 1000) for p in book.get("history", []) +
           ([book["policy"]] if "policy" in book else []) if p.get("issued_unix_ms", 0) > 0]
-if not offsets or not issued:
-    sys.exit(0)
-offset = statistics.median(offsets)
-starts = {}  # plan version -> start of its first round at psd-0
-for path in glob.glob(trace_dir + "/*-psd-0.jsonl"):
-    for line in open(path):
-        e = json.loads(line)
-        if e.get("ev") == "round":
-            v = e.get("plan", 0)
-            starts[v] = min(starts.get(v, e["start"]), e["start"])
-changes = [int(line.split()[0]) for line in open(changes_file)]
-edges = changes + [int(end_us)]
-for k, t in enumerate(changes):
-    said = []
-    for v, unix_us in sorted(issued):
-        at = unix_us - offset
-        if t <= at < edges[k + 1]:
-            first = starts.get(v)
-            said.append("v%d issued %.1f s after, first round %s" % (
-                v, (at - t) / 1e6, "%.1f s after" % ((first - t) / 1e6) if first else "never"))
-    print("adaptive: change %d's plans: %s" % (k + 1, "; ".join(said) if said else "none"))
+if offsets and issued:
+    offset = statistics.median(offsets)
+    first_round = {}  # plan version -> start of its first round at psd 0
+    for t in rounds:
+        first_round.setdefault(plans[t], starts[t])
+    for k, (t, _) in enumerate(changes):
+        said = []
+        for v, unix_us in sorted(issued):
+            at = unix_us - offset
+            if t <= at < edges[k + 1]:
+                first = first_round.get(v)
+                said.append("v%d issued %.1f s after, first round %s" % (
+                    v, (at - t) / 1e6, "%.1f s after" % ((first - t) / 1e6) if first else "never"))
+        print("adaptive: change %d's plans: %s" % (k + 1, "; ".join(said) if said else "none"))
 PY
   # Where a settled round goes on the slowest host (its worker's trace):
   # its push (compute end to the last ACK) and the wait after it for the
