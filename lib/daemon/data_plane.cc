@@ -44,6 +44,9 @@ void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* c) {
   schema->Bool("data_egress_share", &c->data_egress_share,
                "Cap each peer's flows at the max-min share of this node's measured egress, as "
                "receivers do with their ingress (docs/ltp.md, \"Fair share\").");
+  schema->Bool("data_share_lift", &c->data_share_lift,
+               "Raise the capacity a fair share divides while some flow across the shared link "
+               "sees no queue and no loss (docs/ltp.md, \"Share lift\").");
   schema->Int("data_peer_forget_ms", &c->data_peer_forget_ms,
               "Forget a peer's path estimates, link state and metric series after this long "
               "without a flow to or from it.",
@@ -97,6 +100,7 @@ absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
   ec.recv_bytes_max = uint64_t(c.data_recv_bytes_max);
   ec.peer_forget_ms = uint32_t(c.data_peer_forget_ms);
   ec.congestion.egress_share = c.data_egress_share;
+  ec.congestion.share_lift = c.data_share_lift;
   if (ec.recv_bytes_max < ec.recv_peer_bytes_max) {
     return absl::InvalidArgumentError(absl::StrCat("data_recv_bytes_max (", c.data_recv_bytes_max,
                                                    ") is below data_recv_peer_bytes_max (",
@@ -360,6 +364,14 @@ TransportMetrics::TransportMetrics(prometheus::Registry& r, const std::string& p
                "from an ingress measured too low).")
            .Register(r)
            .Add({});
+  share_lift_steps_ =
+      &prometheus::BuildCounter()
+           .Name(p + "_data_share_lift_steps_total")
+           .Help(
+               "Raises of the capacity this node's ingress or egress fair share divides, by "
+               "1.25 each: a flow across that link saw no queue and no loss.")
+           .Register(r)
+           .Add({});
   startup_restarts_ =
       &prometheus::BuildCounter()
            .Name(p + "_data_startup_restarts_total")
@@ -455,6 +467,7 @@ void TransportMetrics::Update(const transport::EndpointStats& s) {
   AdvanceCounter(losses_spurious_, s.losses_spurious, &last_.losses_spurious);
   AdvanceCounter(startup_restarts_, s.startup_restarts, &last_.startup_restarts);
   AdvanceCounter(cap_lift_rounds_, s.cap_lift_rounds, &last_.cap_lift_rounds);
+  AdvanceCounter(share_lift_steps_, s.share_lift_steps, &last_.share_lift_steps);
   ingress_->Set(static_cast<double>(s.ingress_bps) / 8);
   for (size_t i = 0; i < size_t(transport::CloseReason::kCount); ++i) {
     AdvanceCounter(lossy_closes_[i], s.lossy_closes[i], &last_.lossy_closes[i]);

@@ -37,6 +37,7 @@ struct DataPlaneConfig {
   int64_t data_recv_bytes_max = 256ll << 20;
   int64_t data_peer_forget_ms = 60'000;  // EndpointConfig::peer_forget_ms
   bool data_egress_share = true;         // CongestionConfig::egress_share
+  bool data_share_lift = true;           // CongestionConfig::share_lift
   // Round traces (docs/tracing.md): one JSON-lines file per job in this
   // directory; empty: none.
   std::string trace_dir;
@@ -126,7 +127,7 @@ class TransportMetrics {
   prometheus::Counter *datagrams_sent_, *datagrams_received_, *bytes_sent_, *bytes_received_,
       *retransmissions_, *flows_sent_, *flows_received_, *deferred_retransmissions_,
       *packets_missing_, *congestion_rounds_, *standing_queue_rounds_, *startup_restarts_,
-      *cap_lift_rounds_, *undone_rounds_, *losses_timeout_, *losses_spurious_;
+      *cap_lift_rounds_, *share_lift_steps_, *undone_rounds_, *losses_timeout_, *losses_spurious_;
   std::vector<prometheus::Counter*> lossy_closes_;  // by CloseReason
   std::vector<prometheus::Counter*> drops_;         // by DropReason
   prometheus::Counter *ring_sent_, *ring_received_, *ring_full_, *rings_created_, *rings_attached_,

@@ -27,6 +27,14 @@ constexpr uint32_t kRoomRounds = 2;
 // Cap lift: the ceiling's step per round, and its most over the share.
 constexpr double kCapLiftStep = 1.25;
 constexpr double kCapLiftMax = 32;
+// Share lift: the step, its most, the steps without one after a lift met
+// a queue (doubling, to the most, after one that met it within
+// kShareLiftFruitless steps).
+constexpr double kShareLiftStep = 1.25;
+constexpr double kShareLiftMax = 8;
+constexpr uint32_t kShareLiftHoldSteps = 8;
+constexpr uint32_t kShareLiftHoldStepsMax = 64;
+constexpr uint32_t kShareLiftFruitless = 2;
 
 }  // namespace
 
@@ -143,7 +151,10 @@ void CongestionControl::SetRateCap(uint64_t bps) {
   if (lifted) MaybeRestart(RestartCause::kLifted);
 }
 
-void CongestionControl::OnIdleRestart() { MaybeRestart(RestartCause::kIdle); }
+void CongestionControl::OnIdleRestart() {
+  path_clean_ = false;  // measured before the gap
+  MaybeRestart(RestartCause::kIdle);
+}
 
 // Room (congestion.h): back to startup, from the current BtlBw.
 void CongestionControl::MaybeRestart(RestartCause cause) {
@@ -208,6 +219,8 @@ void CongestionControl::EndRound(uint64_t now_us) {
     unarmed_rounds_ = drained ? 0 : unarmed_rounds_ - 1;
   }
   if (congested && !over_threshold) ++standing_queue_rounds_;
+  path_clean_ =
+      rtprop_us_ > 0 && round_min_rtt_us_ <= rtprop_us_ + queue_us && round_lost_packets_ == 0;
   // Cap lift: held by the cap on a path with room, or not.
   if (config_.cap_lift && rate_cap_bps_ > 0 && rtprop_us_ > 0 && round_min_rtt_us_ != UINT32_MAX) {
     const bool queued = round_min_rtt_us_ > rtprop_us_ + queue_us;
@@ -327,6 +340,29 @@ uint64_t FairShareBps(uint64_t capacity_bps, std::vector<uint64_t>& rates_bps) {
     left -= rates_bps[i];
   }
   return left;
+}
+
+double ShareLift::Update(uint64_t now_us, bool room, uint32_t rtprop_us) {
+  if (now_us < next_us_) return lift_;
+  const uint64_t step_us = 2 * uint64_t(std::max<uint32_t>(rtprop_us, 1000));
+  next_us_ = now_us + step_us;
+  if (!room) {
+    // A lift that met a queue: the spans measured the link meanwhile. One
+    // that met it at once found a full link: probe it less often.
+    if (lift_ > 1) {
+      hold_steps_ = probe_steps_ <= kShareLiftFruitless
+                        ? std::min(2 * hold_steps_, kShareLiftHoldStepsMax)
+                        : kShareLiftHoldSteps;
+      hold_until_us_ = now_us + hold_steps_ * step_us;
+    }
+    lift_ = 1;
+    probe_steps_ = 0;
+  } else if (now_us >= hold_until_us_ && lift_ < kShareLiftMax) {
+    lift_ = std::min(kShareLiftMax, lift_ * kShareLiftStep);
+    ++steps_;
+    ++probe_steps_;
+  }
+  return lift_;
 }
 
 uint64_t ShareCapacityBps(uint64_t span_bps, uint64_t peer_btlbw_max_bps) {

@@ -57,6 +57,25 @@
 // share is right the shared link is full and a queue stands, so the
 // ceiling stays at the share.
 //
+// Share lift (ours; ShareLift). The cap lift above lifts one flow whose
+// own cap holds it; it needs the flow's model to reach the ceiling, and a
+// flow that starts each round under its share (an idle restart climbs to
+// the share, no further) has a BtlBw at the share, so it probes up by
+// 1.25 once per gain cycle, and C, measured from what such flows deliver,
+// follows as slowly: a sender whose link got faster while it shared the
+// receiver with others kept its old share for several transfers (the
+// shares' fixed point). A shared link with a standing queue delays every
+// flow that crosses it, so one flow through it whose round saw no queue
+// and no loss (path_clean; data packets say so in kFlagPathClean) shows
+// the link has room. While some counted flow is clean, the endpoint raises
+// the share's C by 1.25 every two RTprops (up to 8x); once none is, back
+// to the measured C, and no lift for eight steps (a link at its capacity
+// drains between BBR's probes and reads clean: the lift is its probe, as
+// the gain cycle's 1.25 is a flow's). A lift that met a queue within two
+// steps found the link full: the wait doubles, to 64 steps, until one
+// runs longer. The lifted shares let the flows deliver more, the busy
+// spans measure it, and C follows the link.
+//
 // Room (ours). The max-filtered BtlBw only grows by the 1.25 probe once
 // per 8-round cycle: a flow that ran at a small share and is now alone
 // would take many cycles to fill the link. So when the cap stays at 1.5 x
@@ -128,6 +147,8 @@ struct CongestionConfig {
   bool room_restart = true;
   // Cap lift (see above); false: the cap's ceiling stays 1.25 x the share.
   bool cap_lift = true;
+  // Share lift (see above); false: shares divide the measured C.
+  bool share_lift = true;
   // Unpaced paths (see above); 0: every path is paced.
   uint32_t unpaced_rtprop_us = 500;
   // Fair share over the sender's own egress (the endpoint's SetRateCaps):
@@ -173,6 +194,10 @@ class CongestionControl {
   // under other conditions; back to startup from it (Room, above).
   void OnIdleRestart();
   uint64_t rate_cap_bps() const { return rate_cap_bps_; }
+  // The last packet-timed round saw no queue (its smallest RTT within the
+  // standing-queue margin of RTprop) and no loss: the path had room then
+  // (Share lift, above). False until such a round, and after an idle gap.
+  bool path_clean() const { return path_clean_; }
   // The path is unpaced and uncapped (see above).
   bool unpaced() const { return rtprop_us_ > 0 && rtprop_us_ < config_.unpaced_rtprop_us; }
 
@@ -202,6 +227,7 @@ class CongestionControl {
   uint64_t rate_cap_bps_ = 0;
   double cap_lift_ = 1;           // Cap lift (above)
   bool round_cap_bound_ = false;  // the cap held the pacing rate this round
+  bool path_clean_ = false;       // path_clean()
   uint64_t cap_lift_rounds_ = 0;
   uint64_t delivered_ = 0;
   uint64_t delivered_us_ = 0;
@@ -258,6 +284,31 @@ class CongestionControl {
   enum class RestartCause { kIdle, kLifted, kRoom };
   void MaybeRestart(RestartCause cause);
   void EndRound(uint64_t now_us);
+};
+
+// Share lift (above): the factor on a shared link's measured capacity.
+// Not thread-safe; owned by the endpoint thread.
+class ShareLift {
+ public:
+  // Called whenever a share is computed: `room` says whether some flow
+  // across the link saw a clean path; `rtprop_us` the flows' largest
+  // RTprop (the step is two of them). Returns the factor, >= 1.
+  double Update(uint64_t now_us, bool room, uint32_t rtprop_us);
+  // No shared traffic: the next share starts from the measured capacity.
+  void Reset() {
+    lift_ = 1;
+    probe_steps_ = 0;
+  }
+  double lift() const { return lift_; }
+  uint64_t steps() const { return steps_; }  // raises so far
+
+ private:
+  double lift_ = 1;
+  uint64_t next_us_ = 0;
+  uint64_t hold_until_us_ = 0;
+  uint32_t hold_steps_ = 8;   // after the next lift that meets a queue
+  uint32_t probe_steps_ = 0;  // raises since the lift left 1
+  uint64_t steps_ = 0;
 };
 
 // The max-min fair level of `capacity_bps` among flows whose recent rates

@@ -175,6 +175,77 @@ TEST_CASE("a cap that holds a flow on a path with room is lifted", "[congestion]
   CHECK(queued.pacing_rate_bps() < 2'000'000);
 }
 
+// path_clean: a round with no queue and no loss says so; a queued round
+// and an idle gap do not. A flow that fills its own bottleneck keeps a
+// queue there (its window is 2 x BDP); one held under a share does not.
+TEST_CASE("a path reads clean without a queue or a loss", "[congestion]") {
+  CongestionConfig c;
+  c.cwnd_packets_min = 8;
+  c.cap_lift = false;  // the cap holds the flow under the path's rate
+  CongestionControl cc(c);
+  CHECK(!cc.path_clean());  // no round yet
+  Sender s{cc, Path{25'000'000, 20'000}};
+  s.RunUntil(2'000'000);
+  CHECK(!cc.path_clean());  // at the path's rate: a standing queue
+  cc.SetRateCap(5'000'000);
+  s.RunUntil(s.now + 2'000'000);
+  CHECK(cc.path_clean());
+  s.path.rtt_us = 35'000;  // a queue of 15 ms elsewhere on the path
+  s.RunUntil(s.now + 200'000);
+  CHECK(!cc.path_clean());
+  s.path.rtt_us = 20'000;
+  s.RunUntil(s.now + 500'000);
+  REQUIRE(cc.path_clean());
+  s.RunUntil(s.now + 100'000);
+  cc.OnIdleRestart();
+  CHECK(!cc.path_clean());  // what it knew is from before the gap
+}
+
+// ShareLift: 1.25 a step (two RTprops) while some flow is clean, up to 8;
+// back to 1 once none is, then no lift for eight steps, or for twice the
+// last wait after a lift that met a queue within two steps.
+TEST_CASE("a share's lift steps while a path has room and holds after a queue", "[congestion]") {
+  ShareLift lift;
+  uint64_t t = 1'000'000;
+  const uint32_t rtprop = 20'000;  // a step: 40 ms
+  CHECK(lift.Update(t, true, rtprop) == Approx(1.25));
+  CHECK(lift.Update(t + 39'000, true, rtprop) == Approx(1.25));  // within the step
+  t += 40'000;
+  CHECK(lift.Update(t, true, rtprop) == Approx(1.5625));
+  for (int i = 0; i < 20; ++i) lift.Update(t += 40'000, true, rtprop);
+  CHECK(lift.lift() == Approx(8));  // its most
+  CHECK(lift.steps() == 10);        // 1.25^10 > 8: the tenth reached it
+  CHECK(lift.Update(t += 40'000, false, rtprop) == 1);
+  // Holds eight steps, then probes again.
+  auto steps_held = [&] {
+    int held = 0;
+    while (lift.Update(t += 40'000, true, rtprop) == 1) ++held;
+    return held;
+  };
+  CHECK(steps_held() == 7);  // the eighth step is the first raise
+  // Fruitless probes (a queue after one raise): 16, 32, 64, 64 steps.
+  for (int want : {16, 32, 64, 64}) {
+    CHECK(lift.Update(t += 40'000, false, rtprop) == 1);
+    CHECK(steps_held() == want - 1);
+  }
+  // A probe that runs three steps found room: eight again.
+  lift.Update(t += 40'000, true, rtprop);
+  lift.Update(t += 40'000, true, rtprop);
+  lift.Update(t += 40'000, false, rtprop);
+  CHECK(steps_held() == 7);
+  // A queue while not lifted is no reason to hold.
+  ShareLift flat;
+  CHECK(flat.Update(t, false, rtprop) == 1);
+  CHECK(flat.Update(t + 40'000, true, rtprop) == Approx(1.25));
+  flat.Reset();  // no shared traffic
+  CHECK(flat.lift() == 1);
+  // Unpaced or unknown RTprop: steps of at least 2 ms.
+  ShareLift fast;
+  fast.Update(t, true, 0);
+  CHECK(fast.Update(t + 1'999, true, 0) == Approx(1.25));
+  CHECK(fast.Update(t + 2'000, true, 0) == Approx(1.5625));
+}
+
 // A flow whose own path (20 Mbit/s) is slower than its share (50) has its
 // room restarts come to nothing, and each doubles the wait for the next.
 // When the others finish and the cap is lifted, that wait does not apply:

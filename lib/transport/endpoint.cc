@@ -364,6 +364,7 @@ void Endpoint::Impl::Publish() {
   s.undone_rounds = retired.undone_rounds;
   s.startup_restarts = retired.startup_restarts;
   s.cap_lift_rounds = retired.cap_lift_rounds;
+  s.share_lift_steps = ingress_lift.steps() + egress_lift.steps();
   for (auto& [peer, ps] : peers) {
     s.peers.push_back({peer, ps->cc.btlbw_bps(), ps->cc.rtprop_us(), ps->cc.pacing_rate_bps(),
                        ps->cc.cwnd_bytes(), ps->cc.congestion_rounds(), ps->cc.rate_cap_bps(),

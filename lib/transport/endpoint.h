@@ -359,6 +359,7 @@ struct EndpointStats {
   uint64_t losses_spurious = 0;           // packets declared lost and delivered after all
   uint64_t startup_restarts = 0;          // returns to startup: the fair-share cap rose
   uint64_t cap_lift_rounds = 0;           // rounds a cap with room raised its ceiling
+  uint64_t share_lift_steps = 0;          // raises of a share's capacity: a clean path said room
   uint64_t send_buffer_waits = 0;         // sends that found the socket buffer full
   uint64_t ingress_bps = 0;               // measured receive rate (shared-link LT)
   uint64_t recv_state_bytes = 0;          // charged to the receive budget now

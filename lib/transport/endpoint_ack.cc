@@ -139,21 +139,40 @@ uint64_t ShareRate(IngressRate& recent, uint64_t active_since_us, uint64_t now) 
 // (ShareCapacityBps): the shares would otherwise hold the senders to the
 // rate of a link that has since got faster. That BtlBw is a member's word
 // (the job key authenticates it): overstated, it only loosens the share.
+// While some counted sender's packets say its path is clean, the capacity
+// is lifted (congestion.h, "Share lift"); the same word, the same trust.
 uint64_t Endpoint::Impl::IngressShareBps(uint64_t now) {
   share_peers.clear();
   uint64_t peer_max = 0;
+  uint32_t rtprop_max = 0;
   for (const auto& [key, f] : recv) {
     if (f.rtprop_us > 0 && f.rtprop_us < config.congestion.unpaced_rtprop_us) continue;
     share_peers.insert(key.peer);
     peer_max = std::max(peer_max, f.btlbw_bps);
+    rtprop_max = std::max(rtprop_max, f.rtprop_us);
   }
-  if (share_peers.size() < 2) return 0;
+  if (share_peers.size() < 2) {
+    ingress_lift.Reset();
+    return 0;
+  }
   share_rates.clear();
+  bool room = false;
   for (const Peer& p : share_peers) {
     RecvLink& link = links[p];
     share_rates.push_back(ShareRate(link.recent, link.active_since_us, now));
+    room = room || link.clean;
   }
-  return FairShareBps(ShareCapacityBps(ingress.link_rate_bps(now), peer_max), share_rates);
+  return FairShareBps(
+      LiftedCapacity(&ingress_lift, ingress.link_rate_bps(now), peer_max, now, room, rtprop_max),
+      share_rates);
+}
+
+uint64_t Endpoint::Impl::LiftedCapacity(ShareLift* lift, uint64_t span_bps, uint64_t peer_max_bps,
+                                        uint64_t now, bool room, uint32_t rtprop_us) {
+  const uint64_t c = ShareCapacityBps(span_bps, peer_max_bps);
+  if (!config.congestion.share_lift || c == 0) return c;
+  const double f = lift->Update(now, room, rtprop_us);
+  return static_cast<uint64_t>(std::min(f * double(c), 1e18));
 }
 
 // Each active peer's controller is capped at the receiver's advertised
@@ -165,18 +184,30 @@ uint64_t Endpoint::Impl::IngressShareBps(uint64_t now) {
 // The egress capacity is ShareCapacityBps of the acknowledged bytes'
 // busy spans and the active paced peers' BtlBw. The cap lift cannot
 // raise a share held low by old spans where the receivers' downlinks
-// hold other senders' queues; a flow's own delivery rate can.
+// hold other senders' queues; a flow's own delivery rate can, and so
+// can the share lift: one peer whose path is clean shows that this
+// endpoint's uplink, which every one of them crosses, holds no queue.
 void Endpoint::Impl::SetRateCaps(uint64_t now) {
   uint64_t egress_share = 0;
   if (config.congestion.egress_share) {
     share_rates.clear();
     uint64_t peer_max = 0;
+    uint32_t rtprop_max = 0;
+    bool room = false;
     for (auto& [peer, ps] : peers) {
       if (ps->flows.empty() || ps->cc.unpaced()) continue;
       share_rates.push_back(ShareRate(ps->acked, ps->active_since_us, now));
       peer_max = std::max(peer_max, ps->cc.btlbw_bps());
+      rtprop_max = std::max(rtprop_max, ps->cc.rtprop_us());
+      room = room || ps->cc.path_clean();
     }
-    egress_share = FairShareBps(ShareCapacityBps(egress.link_rate_bps(now), peer_max), share_rates);
+    if (share_rates.size() < 2) {
+      egress_lift.Reset();
+    } else {
+      egress_share = FairShareBps(
+          LiftedCapacity(&egress_lift, egress.link_rate_bps(now), peer_max, now, room, rtprop_max),
+          share_rates);
+    }
   }
   for (auto& [peer, ps] : peers) {
     if (ps->flows.empty()) continue;

@@ -135,6 +135,7 @@ struct RecvLink {
   LinkThreshold threshold;
   LinkEstimate estimate;
   IngressRate recent{kShareBinUs, kShareBins};  // this peer's data rate (fair share)
+  bool clean = false;  // its latest data packet said kFlagPathClean (share lift)
 };
 
 struct Pending {
@@ -222,6 +223,7 @@ struct Endpoint::Impl {
   IngressRate egress;                     // data bytes acknowledged, all peers (egress share)
   absl::flat_hash_set<Peer> share_peers;  // IngressShareBps's scratch
   std::vector<uint64_t> share_rates;      // IngressShareBps's and SetRateCaps' scratch
+  ShareLift ingress_lift, egress_lift;    // congestion.h, "Share lift"
 
   // Event loop (endpoint.cc).
   uint64_t last_gc_us = 0;
@@ -288,6 +290,10 @@ struct Endpoint::Impl {
   void QueueControl(const Peer& to, PacketType type, const Header& about,
                     const std::vector<uint8_t>* body = nullptr);
   uint64_t IngressShareBps(uint64_t now);
+  // ShareCapacityBps, times the link's share lift while `room` (some flow
+  // across it says its path is clean).
+  uint64_t LiftedCapacity(ShareLift* lift, uint64_t span_bps, uint64_t peer_max_bps, uint64_t now,
+                          bool room, uint32_t rtprop_us);
   void SetRateCaps(uint64_t now);
 };
 

@@ -105,6 +105,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now,
   link.recent.OnBytes(now, f.packet_bytes);
   if (link.last_us == 0 || now >= link.last_us + kShareWindowUs) link.active_since_us = now;
   link.last_us = now;
+  link.clean = (h.flags & kFlagPathClean) != 0;
   receiver->OnData(from, h, p.payload);
   ++f.received;
   if (f.received == (f.total + 1) / 2) f.mid_us = std::max(f.first_at_us, arrived);

@@ -192,6 +192,7 @@ void Endpoint::Impl::SendData(uint64_t now) {
       h.type = PacketType::kData;
       h.flags = span.critical ? kFlagCritical : 0;
       if (seq + 1 == f.packets.size()) h.flags |= kFlagLast;
+      if (ps.cc.path_clean()) h.flags |= kFlagPathClean;
       if (f.lossy) {
         h.flags |= kFlagLossTolerant;
         if (seq + 1 == f.critical_count) h.flags |= kFlagCriticalEnd;

@@ -13,7 +13,9 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <random>
+#include <string>
 
 #include "lib/transport/recv_budget.h"
 #include "lib/transport/test_flows.h"
@@ -355,13 +357,18 @@ TEST_CASE("two senders into one receiver (incast)", "[endpoint]") {
 // each hears a share near 30 Mbit/s. (A sender with one peer has no
 // egress share of its own, so its cap is the receiver's word.) The links
 // have a WAN's delay: paths of microseconds are not capped (next test).
+// Share lift off at the receiver: no link here is full (the senders' own
+// limit holds them), so their clean paths would rightly lift C (next but
+// three tests).
 TEST_CASE("the receiver's fair share reaches its senders' caps", "[endpoint]") {
   const size_t n = 1 << 20;  // 4 MB each: ~1.1 s at 30 Mbit/s
   LinkImpairment wan;
   wan.delay_us = 5000;
   SimRun run(4, wan);
   Assembler rx(2 * n);
-  Endpoint* server = run.Add(Config(), &rx);
+  EndpointConfig sc = Config();
+  sc.congestion.share_lift = false;
+  Endpoint* server = run.Add(sc, &rx);
   EndpointConfig cc = Config();
   cc.congestion.rate_bps_max = 30'000'000;
   Endpoint* a = run.Add(cc, nullptr);
@@ -658,6 +665,148 @@ TEST_CASE("a peer between segments keeps its measured rate in the shares", "[end
   // The short flows' peers counted as new: ~6.6 (egress), ~7.3 (ingress).
   CHECK(cap_min >= 8'500'000);
   CHECK(took < 1.1 * at_link);  // 1.15x when the egress share held it
+}
+
+// Rounds of concurrent flows between one node and three peers, as a psd
+// and its workers: every round each of the three sends (ingress: into
+// the node) or receives (egress: from it) 256 KB at once, then 400 ms
+// idle (compute). Each peer's link is 10 Mbit/s, 5 ms, until the first
+// peer's rises to 100 after round 3; the node's downlink (ingress) is 50
+// Mbit/s. Returns how long the first peer's flow took in each round, and
+// how many share-lift steps the node took.
+struct RisingPeer {
+  std::vector<double> took;
+  uint64_t lift_steps = 0;
+};
+RisingPeer RisingPeerRounds(bool ingress, bool share_lift, int rounds) {
+  SimRun run(19, Shaped(10'000'000));
+  const size_t n = 1 << 19;  // 2 MB: 1.7 s at 10 Mbit/s
+  EndpointConfig c = Config();
+  c.congestion.share_lift = share_lift;
+  const uint32_t pf = c.payload_floats();
+  auto data = Pattern(n, 13);
+  std::vector<std::unique_ptr<Assembler>> rx;
+  Endpoint* node = nullptr;
+  std::vector<Endpoint*> peers;
+  if (ingress) {
+    rx.push_back(std::make_unique<Assembler>(3 * n));
+    node = run.Add(c, rx.back().get());
+    for (int i = 0; i < 3; ++i) peers.push_back(run.Add(c, nullptr));
+    run.net().SetDownlink(node->local(), 100'000'000, 256 << 10);
+  } else {
+    node = run.Add(c, nullptr);
+    for (int i = 0; i < 3; ++i) {
+      rx.push_back(std::make_unique<Assembler>(n));
+      peers.push_back(run.Add(c, rx.back().get()));
+    }
+  }
+  RisingPeer out;
+  for (int r = 1; r <= rounds; ++r) {
+    if (r == 4) {
+      const Endpoint* from = ingress ? peers[0] : node;
+      const Endpoint* to = ingress ? node : peers[0];
+      run.net().SetLink(from->local(), to->local(), Shaped(100'000'000));
+    }
+    std::vector<std::shared_ptr<SendHandle>> h;
+    for (int i = 0; i < 3; ++i) {
+      h.push_back(ingress
+                      ? peers[i]->Send(node->local(), r, Packets(data, i * (n / kChunkFloats), pf))
+                      : node->Send(peers[i]->local(), r, Packets(data, 0, pf)));
+    }
+    REQUIRE(run.RunUntil(
+        [&] { return std::all_of(h.begin(), h.end(), [](auto& x) { return x->done(); }); },
+        absl::Seconds(30)));
+    for (auto& x : h) REQUIRE(x->status().ok());
+    out.took.push_back(absl::ToDoubleSeconds(h[0]->elapsed()));
+    run.RunFor(absl::Milliseconds(600));
+  }
+  for (auto& a : rx) CHECK(std::equal(data.begin(), data.end(), a->buf().begin()));
+  out.lift_steps = node->GetStats().share_lift_steps;
+  return out;
+}
+
+// A peer whose link got faster while it shared the node's fair share with
+// others, never alone: its share was made from the old rates, and a flow
+// that starts under its share climbs to it and no further, so the share
+// followed the link by 1.25 a gain cycle. Its clean path lifts the share
+// (congestion.h, "Share lift"): the first round after the rise already
+// runs at a multiple of the old rate. Both directions; the same schedule
+// with the lift off is the baseline.
+TEST_CASE("a peer whose link got faster gets the room in its first round", "[endpoint]") {
+  for (bool ingress : {true, false}) {
+    const RisingPeer on = RisingPeerRounds(ingress, true, 4);
+    const RisingPeer off = RisingPeerRounds(ingress, false, 4);
+    std::string times = ingress ? "ingress" : "egress";
+    for (const RisingPeer* r : {&on, &off}) {
+      times += r == &on ? "; the rising peer's flow per round, lift on:" : "; off:";
+      for (double t : r->took) times += " " + std::to_string(t);
+    }
+    INFO(times << "; lift steps " << on.lift_steps);
+    CHECK(off.lift_steps == 0);
+    CHECK(on.lift_steps > 0);
+    CHECK(on.took[3] < 0.5 * on.took[2]);  // round 4: the first at the new rate
+    CHECK(on.took[3] < 0.7 * off.took[3]);
+  }
+}
+
+// Where the shared link is full, its queue reaches every flow and none
+// reads clean for long: the lift probes (as a flow's gain cycle does) and
+// falls back. Three senders with 100 Mbit/s uplinks into a 30 Mbit/s
+// downlink, 2 MB each per round: the rounds take what the lift-off run's
+// take (the link's rate), and the probes lose under 1% at its queue.
+TEST_CASE("a full downlink: the share lift probes it and falls back", "[endpoint]") {
+  struct Out {
+    std::vector<double> rounds;
+    uint64_t dropped = 0, resent = 0, steps = 0;
+  };
+  auto run_rounds = [](bool share_lift) {
+    SimRun run(20, Shaped(100'000'000));
+    const size_t n = 1 << 19;
+    EndpointConfig c = Config();
+    c.congestion.share_lift = share_lift;
+    const uint32_t pf = c.payload_floats();
+    auto data = Pattern(n, 14);
+    Assembler rx(3 * n);
+    Endpoint* node = run.Add(c, &rx);
+    std::vector<Endpoint*> peers;
+    for (int i = 0; i < 3; ++i) peers.push_back(run.Add(c, nullptr));
+    run.net().SetDownlink(node->local(), 30'000'000, 128 << 10);
+    Out out;
+    for (int r = 1; r <= 3; ++r) {
+      const uint64_t t0 = run.clock().MonotonicMicros();
+      std::vector<std::shared_ptr<SendHandle>> h;
+      for (int i = 0; i < 3; ++i) {
+        h.push_back(peers[i]->Send(node->local(), r, Packets(data, i * (n / kChunkFloats), pf)));
+      }
+      REQUIRE(run.RunUntil(
+          [&] { return std::all_of(h.begin(), h.end(), [](auto& x) { return x->done(); }); },
+          absl::Seconds(30)));
+      out.rounds.push_back(double(run.clock().MonotonicMicros() - t0) / 1e6);
+      run.RunFor(absl::Milliseconds(600));
+    }
+    for (int i = 0; i < 3; ++i) {
+      CHECK(std::equal(data.begin(), data.end(), rx.buf().begin() + i * n));
+      out.resent += peers[i]->GetStats().retransmissions;
+    }
+    out.dropped = run.net().stats().queue_dropped;
+    out.steps = node->GetStats().share_lift_steps;
+    return out;
+  };
+  const Out on = run_rounds(true), off = run_rounds(false);
+  std::string what;
+  for (const Out* o : {&on, &off}) {
+    what += o == &on ? "lift on: rounds" : "; off:";
+    for (double t : o->rounds) what += " " + std::to_string(t);
+    what += ", dropped " + std::to_string(o->dropped) + ", resent " + std::to_string(o->resent) +
+            ", steps " + std::to_string(o->steps);
+  }
+  INFO(what);
+  const double sum_on = std::accumulate(on.rounds.begin(), on.rounds.end(), 0.0);
+  const double sum_off = std::accumulate(off.rounds.begin(), off.rounds.end(), 0.0);
+  CHECK(on.steps > 0);  // it probed
+  CHECK(sum_on <= 1.02 * sum_off);
+  // 6 MB a round is ~4,500 packets: under 1% of them lost at the queue.
+  CHECK(on.dropped < 3 * 45);
 }
 
 // A daemon's endpoint serves job after job; each job installs its key. A

@@ -34,9 +34,42 @@ struct Msg {
 
 // What is queued for one address, under its own lock.
 struct SimSocket::Inbox {
+  using Queue = std::priority_queue<Msg, std::vector<Msg>, std::greater<Msg>>;
   absl::Mutex mu;
-  std::priority_queue<Msg, std::vector<Msg>, std::greater<Msg>> queue ABSL_GUARDED_BY(mu);
+  Queue queue ABSL_GUARDED_BY(mu);
   int efd ABSL_GUARDED_BY(mu) = -1;  // the socket's eventfd, once asked for
+  // SetDownlink: datagrams at the downlink by when their link delivers
+  // them, taken through it in that order once the clock is there.
+  Queue at_downlink ABSL_GUARDED_BY(mu);
+  uint64_t downlink_bps ABSL_GUARDED_BY(mu) = 0;
+  uint64_t downlink_queue_max ABSL_GUARDED_BY(mu) = 0;
+  uint64_t downlink_busy_until_us ABSL_GUARDED_BY(mu) = 0;
+
+  // Moves what reached the downlink by `now` through it into `queue`;
+  // returns how many it dropped at the tail.
+  uint64_t Settle(uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    uint64_t dropped = 0;
+    while (!at_downlink.empty() && at_downlink.top().arrival_us <= now) {
+      Msg m = std::move(const_cast<Msg&>(at_downlink.top()));
+      at_downlink.pop();
+      const uint64_t start = std::max(m.arrival_us, downlink_busy_until_us);
+      if ((start - m.arrival_us) * downlink_bps / 8'000'000 > downlink_queue_max) {
+        ++dropped;
+        continue;
+      }
+      downlink_busy_until_us =
+          start + (uint64_t(m.bytes.size()) * 8'000'000 + downlink_bps - 1) / downlink_bps;
+      m.arrival_us = downlink_busy_until_us;
+      queue.push(std::move(m));
+    }
+    return dropped;
+  }
+  uint64_t NextEvent() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    uint64_t next = queue.empty() ? UINT64_MAX : queue.top().arrival_us;
+    if (!at_downlink.empty()) next = std::min(next, at_downlink.top().arrival_us);
+    return next;
+  }
+
   ~Inbox() {
     absl::MutexLock lock(&mu);
     if (efd >= 0) close(efd);
@@ -83,6 +116,18 @@ void SimNetwork::SetLink(const Peer& from, const Peer& to, const LinkImpairment&
 void SimNetwork::SetEgress(const Peer& from, const LinkImpairment& imp) {
   absl::MutexLock lock(&mu_);
   egress_[from] = imp;
+}
+
+void SimNetwork::SetDownlink(const Peer& to, uint64_t rate_bps, uint64_t queue_bytes_max) {
+  std::shared_ptr<Inbox> in;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    if (auto it = inboxes_.find(to); it != inboxes_.end()) in = it->second;
+  }
+  if (in == nullptr) return;
+  absl::MutexLock lock(&in->mu);
+  in->downlink_bps = rate_bps;
+  in->downlink_queue_max = queue_bytes_max;
 }
 
 LinkImpairment SimNetwork::ImpairmentFor(const Peer& from, const Peer& to) const {
@@ -142,13 +187,13 @@ void SimNetwork::Route(const Peer& from, const Peer& to, LinkState& link,
   }
   const uint64_t base = leaves + imp.delay_us;
   absl::MutexLock lock(&in->mu);
+  Inbox::Queue& q = in->downlink_bps > 0 ? in->at_downlink : in->queue;
   if (dup < imp.duplicate) {
     ++counters_.duplicated;
-    in->queue.push(
-        Msg{base + (imp.jitter_us > 0 ? jitter2 % imp.jitter_us : 0), order_++, from, bytes});
+    q.push(Msg{base + (imp.jitter_us > 0 ? jitter2 % imp.jitter_us : 0), order_++, from, bytes});
   }
-  in->queue.push(Msg{base + (imp.jitter_us > 0 ? jitter1 % imp.jitter_us : 0), order_++, from,
-                     std::move(bytes)});
+  q.push(Msg{base + (imp.jitter_us > 0 ? jitter1 % imp.jitter_us : 0), order_++, from,
+             std::move(bytes)});
   // Woken once per batch, after every lock is released.
   if (in->efd >= 0 && std::find(wake->begin(), wake->end(), in->efd) == wake->end()) {
     wake->push_back(in->efd);
@@ -175,7 +220,7 @@ uint64_t SimNetwork::next_arrival_us() const {
   uint64_t next = UINT64_MAX;
   for (const auto& in : all) {
     absl::MutexLock lock(&in->mu);
-    if (!in->queue.empty()) next = std::min(next, in->queue.top().arrival_us);
+    next = std::min(next, in->NextEvent());
   }
   return next;
 }
@@ -220,6 +265,7 @@ int SimSocket::RecvBatch(std::vector<InDatagram>* out) {
   const uint64_t now = net_->clock_->MonotonicMicros();
   {
     absl::MutexLock lock(&inbox_->mu);
+    net_->counters_.queue_dropped += inbox_->Settle(now);
     if (inbox_->efd >= 0) {
       uint64_t v;  // drained: readable again only when something new is queued
       (void)!read(inbox_->efd, &v, sizeof(v));
@@ -249,7 +295,7 @@ int SimSocket::fd() const {
 
 uint64_t SimSocket::next_arrival_us() const {
   absl::MutexLock lock(&inbox_->mu);
-  return inbox_->queue.empty() ? UINT64_MAX : inbox_->queue.top().arrival_us;
+  return inbox_->NextEvent();
 }
 
 }  // namespace transport

@@ -99,6 +99,11 @@ class SimNetwork {
   // link of its own. Set them before traffic flows.
   void SetLink(const Peer& from, const Peer& to, const LinkImpairment& imp);
   void SetEgress(const Peer& from, const LinkImpairment& imp);
+  // A bottleneck every datagram to `to` (an open socket) crosses after its
+  // link, in the order their links deliver them (a host's access
+  // downlink, shared by all its senders): `rate_bps` (0: none), drop-tail
+  // past `queue_bytes_max` waiting.
+  void SetDownlink(const Peer& to, uint64_t rate_bps, uint64_t queue_bytes_max);
   // A datagram from any address (it need not hold a socket): hostile or
   // replayed traffic in tests. Goes through the from -> to link like any.
   void Inject(const Peer& from, const Peer& to, const uint8_t* data, size_t len);

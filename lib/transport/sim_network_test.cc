@@ -121,6 +121,44 @@ TEST_CASE("a rate-limited link serialises and drops at the tail of its queue", "
   CHECK(Drain(**b).size() == 200 - st.queue_dropped - 1);
 }
 
+// Two senders' links each at the downlink's rate: together they queue at
+// it, in the order their links deliver (interleaved: not one sender's
+// whole burst first), and drop at its tail.
+TEST_CASE("a downlink serialises what all senders send to it", "[sim]") {
+  FakeClock clock;
+  SimNetwork net(&clock, 1);
+  auto a = net.Open(Addr(1));
+  auto b = net.Open(Addr(2));
+  auto c = net.Open(Addr(3));
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  REQUIRE(c.ok());
+  LinkImpairment imp;
+  imp.delay_us = 0;
+  imp.rate_bps = 8'000'000;  // each sender's link: 1 byte per microsecond
+  net.SetEgress(Addr(1), imp);
+  net.SetEgress(Addr(2), imp);
+  net.SetDownlink(Addr(3), 8'000'000, 10'000);  // the same rate, 10 ms of queue
+  SendN(**a, Addr(3), 5, 1000);
+  SendN(**b, Addr(3), 5, 1000);
+  clock.Advance(absl::Milliseconds(5));
+  // Through by 5 ms: the first pair's two, then one a ms.
+  CHECK(Drain(**c) == std::vector<int>{0, 0, 1, 1});
+  CHECK(net.next_arrival_us() == clock.MonotonicMicros() + 1000);  // a2
+  clock.Advance(absl::Milliseconds(6));
+  CHECK(Drain(**c).size() == 6);
+  CHECK(net.stats().queue_dropped == 0);
+  SendN(**a, Addr(3), 40, 1000);  // 40 ms each: twice what the downlink takes
+  SendN(**b, Addr(3), 40, 1000);
+  clock.Advance(absl::Milliseconds(200));
+  const auto got = Drain(**c);
+  const uint64_t dropped = net.stats().queue_dropped;
+  CHECK(got.size() + dropped == 80);
+  // ~40 went through while they came, ~10 more from the full queue.
+  CHECK(got.size() >= 48);
+  CHECK(got.size() <= 52);
+}
+
 TEST_CASE("addresses: taken ports refused, port 0 picks one, unroutable counted", "[sim]") {
   FakeClock clock;
   SimNetwork net(&clock, 1);

@@ -175,6 +175,7 @@ DropReason Decode(const uint8_t* data, size_t len, Packet* p) {
   }
   h.chunk_id = Get32(data + 36);
   h.chunk_offset = Get32(data + 40);
+  if ((h.flags & kFlagPathClean) && h.type != PacketType::kData) return DropReason::kBadFlags;
   if (h.flags & kFlagAckPrefix) {
     if (h.type != PacketType::kAck) return DropReason::kBadFlags;
     if (h.chunk_offset > h.total_packets) return DropReason::kBadSequence;

@@ -71,9 +71,14 @@ enum PacketFlags : uint8_t {
   // delayed ACKs it names up to 17 packets) would otherwise read as that
   // many lost packets: spurious retransmissions and a congestion round.
   kFlagAckPrefix = 1 << 5,
+  // DATA only: the sender's last round trip on this path saw no queue and
+  // no loss (CongestionControl::path_clean). A receiver whose ingress
+  // share holds its senders learns from it that its link has room
+  // (congestion.h, "Share lift").
+  kFlagPathClean = 1 << 6,
 };
-constexpr uint8_t kFlagsKnown =
-    kFlagCritical | kFlagLast | kFlagLossTolerant | kFlagCriticalEnd | kFlagResent | kFlagAckPrefix;
+constexpr uint8_t kFlagsKnown = kFlagCritical | kFlagLast | kFlagLossTolerant | kFlagCriticalEnd |
+                                kFlagResent | kFlagAckPrefix | kFlagPathClean;
 
 struct Header {
   PacketType type = PacketType::kData;

@@ -161,9 +161,17 @@ TEST_CASE("loss-tolerant flags decode; unknown flag bits do not", "[wire]") {
   CHECK(p.header.flags == (kFlagLossTolerant | kFlagCriticalEnd | kFlagCritical));
   d[4] = kFlagResent | kFlagLossTolerant;
   CHECK(Decode(d.data(), d.size(), &p) == DropReason::kNone);
-  d[4] = 1 << 6;
+  d[4] = kFlagPathClean;
+  REQUIRE(Decode(d.data(), d.size(), &p) == DropReason::kNone);
+  CHECK(p.header.flags == kFlagPathClean);
+  d[4] = 1 << 7;
   CHECK(Decode(d.data(), d.size(), &p) == DropReason::kBadFlags);
   d[4] = kFlagAckPrefix;  // on DATA
+  CHECK(Decode(d.data(), d.size(), &p) == DropReason::kBadFlags);
+  Header stop = DataHeader(0);  // path-clean on anything but DATA
+  stop.type = PacketType::kStop;
+  stop.flags = kFlagPathClean;
+  d = Datagram(stop, 0);
   CHECK(Decode(d.data(), d.size(), &p) == DropReason::kBadFlags);
 }
 
