@@ -358,8 +358,8 @@ TEST_CASE("two senders into one receiver (incast)", "[endpoint]") {
 // egress share of its own, so its cap is the receiver's word.) The links
 // have a WAN's delay: paths of microseconds are not capped (next test).
 // Share lift off at the receiver: no link here is full (the senders' own
-// limit holds them), so their clean paths would rightly lift C (next but
-// three tests).
+// limit holds them), so their clean paths would rightly lift C ("a peer
+// whose link got faster gets the room in its first round", below).
 TEST_CASE("the receiver's fair share reaches its senders' caps", "[endpoint]") {
   const size_t n = 1 << 20;  // 4 MB each: ~1.1 s at 30 Mbit/s
   LinkImpairment wan;
@@ -669,11 +669,11 @@ TEST_CASE("a peer between segments keeps its measured rate in the shares", "[end
 
 // Rounds of concurrent flows between one node and three peers, as a psd
 // and its workers: every round each of the three sends (ingress: into
-// the node) or receives (egress: from it) 256 KB at once, then 400 ms
-// idle (compute). Each peer's link is 10 Mbit/s, 5 ms, until the first
-// peer's rises to 100 after round 3; the node's downlink (ingress) is 50
-// Mbit/s. Returns how long the first peer's flow took in each round, and
-// how many share-lift steps the node took.
+// the node) or receives (egress: from it) 2 MB at once, then 600 ms idle
+// (compute: past the idle restart). Each peer's link is 10 Mbit/s, 5 ms,
+// until the first peer's rises to 100 after round 3; the node's downlink
+// (ingress) is 100 Mbit/s. Returns how long the first peer's flow took
+// in each round, and how many share-lift steps the node took.
 struct RisingPeer {
   std::vector<double> took;
   uint64_t lift_steps = 0;
