@@ -71,6 +71,10 @@ std::vector<PacketSpan> Packets(const std::vector<float>& v, uint32_t first_chun
   return testing::ChunkPackets(v, first_chunk, kChunkFloats, payload_floats);
 }
 
+bool AllDone(const std::vector<std::shared_ptr<SendHandle>>& handles) {
+  return std::all_of(handles.begin(), handles.end(), [](auto& h) { return h->done(); });
+}
+
 EndpointConfig Config() {
   EndpointConfig c;
   c.key = testing::TestKey();
@@ -650,11 +654,7 @@ TEST_CASE("a peer between segments keeps its measured rate in the shares", "[end
         },
         absl::Seconds(1)));
   }
-  REQUIRE(run.RunUntil(
-      [&] {
-        return std::all_of(segments.begin(), segments.end(), [](auto& h) { return h->done(); });
-      },
-      absl::Seconds(5)));
+  REQUIRE(run.RunUntil([&] { return AllDone(segments); }, absl::Seconds(5)));
   CHECK(long_flow->status().ok());
   const double took = absl::ToDoubleSeconds(long_flow->elapsed());
   const double at_link = double(n) * 4 * 8 / 10e6;  // payload alone at the link's rate
@@ -713,9 +713,7 @@ RisingPeer RisingPeerRounds(bool ingress, bool share_lift, int rounds) {
                       ? peers[i]->Send(node->local(), r, Packets(data, i * (n / kChunkFloats), pf))
                       : node->Send(peers[i]->local(), r, Packets(data, 0, pf)));
     }
-    REQUIRE(run.RunUntil(
-        [&] { return std::all_of(h.begin(), h.end(), [](auto& x) { return x->done(); }); },
-        absl::Seconds(30)));
+    REQUIRE(run.RunUntil([&] { return AllDone(h); }, absl::Seconds(30)));
     for (auto& x : h) REQUIRE(x->status().ok());
     out.took.push_back(absl::ToDoubleSeconds(h[0]->elapsed()));
     run.RunFor(absl::Milliseconds(600));
@@ -778,9 +776,7 @@ TEST_CASE("a full downlink: the share lift probes it and falls back", "[endpoint
       for (int i = 0; i < 3; ++i) {
         h.push_back(peers[i]->Send(node->local(), r, Packets(data, i * (n / kChunkFloats), pf)));
       }
-      REQUIRE(run.RunUntil(
-          [&] { return std::all_of(h.begin(), h.end(), [](auto& x) { return x->done(); }); },
-          absl::Seconds(30)));
+      REQUIRE(run.RunUntil([&] { return AllDone(h); }, absl::Seconds(30)));
       out.rounds.push_back(double(run.clock().MonotonicMicros() - t0) / 1e6);
       run.RunFor(absl::Milliseconds(600));
     }
