@@ -62,16 +62,17 @@ struct Flags {
   int64_t iterations = 4;
   int64_t slack_ms = 30;
   double min_delivered = 0.8;
-  double seconds = 5;         // udp_blast / udp_sink
-  bool trace = false;         // worker: controller trace
-  int64_t ack_every = -1;     // < 0: the endpoint's default
-  int64_t room = -1;          // congestion room_restart: 0 off, 1 on, < 0 default
-  int64_t egress_share = -1;  // congestion egress_share: 0 off, 1 on, < 0 default
-  int64_t cap_lift = -1;      // congestion cap_lift: 0 off, 1 on, < 0 default
-  int64_t share_lift = -1;    // congestion share_lift: 0 off, 1 on, < 0 default
-  int64_t ack_prefix = -1;    // ACKs carry the prefix: 0 off, 1 on, < 0 default
-  int64_t ack_echo = -1;      // ACKs repeat the previous ACK: 0 off, 1 on, < 0 default
-  int64_t auth = 1;           // datagrams authenticated: 1 (default), 0 off (A/B of its cost)
+  double seconds = 5;           // udp_blast / udp_sink
+  bool trace = false;           // worker: controller trace
+  int64_t ack_every = -1;       // < 0: the endpoint's default
+  int64_t room = -1;            // congestion room_restart: 0 off, 1 on, < 0 default
+  int64_t egress_share = -1;    // congestion egress_share: 0 off, 1 on, < 0 default
+  int64_t cap_lift = -1;        // congestion cap_lift: 0 off, 1 on, < 0 default
+  int64_t share_lift = -1;      // congestion share_lift: 0 off, 1 on, < 0 default
+  int64_t weighted_share = -1;  // congestion weighted_share: 0 off, 1 on, < 0 default
+  int64_t ack_prefix = -1;      // ACKs carry the prefix: 0 off, 1 on, < 0 default
+  int64_t ack_echo = -1;        // ACKs repeat the previous ACK: 0 off, 1 on, < 0 default
+  int64_t auth = 1;             // datagrams authenticated: 1 (default), 0 off (A/B of its cost)
   // UDP GSO and GRO: off on the testbed (its shaper and drop filter must
   // see every datagram), on for loopback runs (as the daemons' default).
   int64_t offload = 0;
@@ -88,9 +89,9 @@ struct Flags {
                "--iterations=4\n"
                "  --ltp_slack_ms=30 --ltp_min_delivered=0.8 --seconds=5 --trace=false\n"
                "  --ack_every=16 --room=1 --ack_prefix=1 --ack_echo=1 --auth=1 --egress_share=1\n"
-               "  --cap_lift=1 --share_lift=1 (A/B of the endpoint's delayed ACKs, room\n"
-               "  restarts, ACK prefix, ACK echo, authentication, egress fair share, cap\n"
-               "  lift, share lift)\n"
+               "  --cap_lift=1 --share_lift=1 --weighted_share=1 (A/B of the endpoint's\n"
+               "  delayed ACKs, room restarts, ACK prefix, ACK echo, authentication, egress\n"
+               "  fair share, cap lift, share lift, egress share weighted by bytes left)\n"
                "  --offload=0 (UDP GSO/GRO) --packet_bytes=1400 --local_rings=0\n",
                why.c_str());
   std::exit(2);
@@ -134,6 +135,9 @@ Flags Parse(int argc, char** argv) {
       ok = absl::SimpleAtoi(v, &f.cap_lift) && (f.cap_lift == 0 || f.cap_lift == 1);
     } else if (k == "share_lift") {
       ok = absl::SimpleAtoi(v, &f.share_lift) && (f.share_lift == 0 || f.share_lift == 1);
+    } else if (k == "weighted_share") {
+      ok = absl::SimpleAtoi(v, &f.weighted_share) &&
+           (f.weighted_share == 0 || f.weighted_share == 1);
     } else if (k == "egress_share") {
       ok = absl::SimpleAtoi(v, &f.egress_share) && (f.egress_share == 0 || f.egress_share == 1);
     } else if (k == "ack_prefix") {
@@ -203,6 +207,7 @@ transport::EndpointConfig EndpointFor(const Flags& f) {
   if (f.egress_share >= 0) c.congestion.egress_share = f.egress_share == 1;
   if (f.cap_lift >= 0) c.congestion.cap_lift = f.cap_lift == 1;
   if (f.share_lift >= 0) c.congestion.share_lift = f.share_lift == 1;
+  if (f.weighted_share >= 0) c.congestion.weighted_share = f.weighted_share == 1;
   if (f.ack_prefix >= 0) c.ack_prefix = f.ack_prefix == 1;
   if (f.ack_echo >= 0) c.ack_echo = f.ack_echo == 1;
   return c;

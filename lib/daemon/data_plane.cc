@@ -47,6 +47,10 @@ void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* c) {
   schema->Bool("data_share_lift", &c->data_share_lift,
                "Raise the capacity a fair share divides while some flow across the shared link "
                "sees no queue and no loss (docs/ltp.md, \"Share lift\").");
+  schema->Bool("data_weighted_share", &c->data_weighted_share,
+               "Weight each peer's share of this node's egress by the bytes it has left, so that "
+               "what the node sends several peers at once ends together (docs/ltp.md, \"Fair "
+               "share\").");
   schema->Int("data_peer_forget_ms", &c->data_peer_forget_ms,
               "Forget a peer's path estimates, link state and metric series after this long "
               "without a flow to or from it.",
@@ -101,6 +105,7 @@ absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
   ec.peer_forget_ms = uint32_t(c.data_peer_forget_ms);
   ec.congestion.egress_share = c.data_egress_share;
   ec.congestion.share_lift = c.data_share_lift;
+  ec.congestion.weighted_share = c.data_weighted_share;
   if (ec.recv_bytes_max < ec.recv_peer_bytes_max) {
     return absl::InvalidArgumentError(absl::StrCat("data_recv_bytes_max (", c.data_recv_bytes_max,
                                                    ") is below data_recv_peer_bytes_max (",

@@ -38,6 +38,7 @@ struct DataPlaneConfig {
   int64_t data_peer_forget_ms = 60'000;  // EndpointConfig::peer_forget_ms
   bool data_egress_share = true;         // CongestionConfig::egress_share
   bool data_share_lift = true;           // CongestionConfig::share_lift
+  bool data_weighted_share = true;       // CongestionConfig::weighted_share
   // Round traces (docs/tracing.md): one JSON-lines file per job in this
   // directory; empty: none.
   std::string trace_dir;

@@ -1,6 +1,7 @@
 #include "lib/transport/congestion.h"
 
 #include <algorithm>
+#include <numeric>
 
 namespace hetps {
 namespace transport {
@@ -340,6 +341,30 @@ uint64_t FairShareBps(uint64_t capacity_bps, std::vector<uint64_t>& rates_bps) {
     left -= rates_bps[i];
   }
   return left;
+}
+
+double WeightedShareLevel(uint64_t capacity_bps, const std::vector<uint64_t>& rates_bps,
+                          const std::vector<double>& weights, std::vector<size_t>& order) {
+  const size_t n = rates_bps.size();
+  if (n < 2 || capacity_bps == 0 || weights.size() != n) return 0;
+  order.resize(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  // By the level at which each flow stops taking more: r_i / w_i.
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return double(rates_bps[a]) * weights[b] < double(rates_bps[b]) * weights[a];
+  });
+  double left = double(capacity_bps);
+  double weight = 0;
+  for (double w : weights) weight += w;
+  for (size_t k = 0; k + 1 < n; ++k) {
+    const size_t i = order[k];
+    const double level = left / weight;
+    if (double(rates_bps[i]) >= kHeldShare * level * weights[i]) return level;
+    left -= double(rates_bps[i]);
+    weight -= weights[i];
+  }
+  // The last flow takes what the others leave.
+  return std::max(left, 0.0) / weights[order[n - 1]];
 }
 
 double ShareLift::Update(uint64_t now_us, bool room, uint32_t rtprop_us) {

@@ -108,6 +108,7 @@
 #ifndef HETPS_LIB_TRANSPORT_CONGESTION_H_
 #define HETPS_LIB_TRANSPORT_CONGESTION_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -161,6 +162,12 @@ struct CongestionConfig {
   // cap lift (above) raises a share that holds a flow below a path with
   // room (docs/ltp.md, "Fair share").
   bool egress_share = true;
+  // The egress share weighted by the bytes each peer has left to take, or
+  // took in the last share window if more (WeightedShareLevel); false: an
+  // even max-min split. A worker's push under an uneven chunk map sends
+  // each psd a different amount; even shares end the small ones first and
+  // leave the largest below the link.
+  bool weighted_share = true;
 };
 
 // Per-packet bookkeeping the controller needs back on ACK.
@@ -317,6 +324,21 @@ class ShareLift {
 // together take less. 0 when there are fewer than two flows or no capacity
 // measured. Sorts `rates_bps`.
 uint64_t FairShareBps(uint64_t capacity_bps, std::vector<uint64_t>& rates_bps);
+
+// The same water-filling with a weight per flow (each > 0): the level L
+// with sum of min(r_i, L w_i) equal to the capacity, where a flow counts
+// as held elsewhere (taking r_i) only under kHeldShare of L w_i; flow i's
+// share is L w_i. A flow paced at its share reads a little under it; held
+// to r_i, it would hand the rest to the others and its cap, L times a
+// large weight, would let it overrun them. A sender weights its
+// peers by the bytes each has left (congestion.weighted_share): flows
+// that all cross its uplink then end together, where equal shares end
+// the small ones first and leave the largest to climb from its old share
+// to the whole link while the link idles. 0 as FairShareBps. `order` is
+// scratch. O(n log n).
+constexpr double kHeldShare = 0.75;
+double WeightedShareLevel(uint64_t capacity_bps, const std::vector<uint64_t>& rates_bps,
+                          const std::vector<double>& weights, std::vector<size_t>& order);
 
 // The capacity a fair share divides (the endpoint's IngressShareBps and
 // SetRateCaps): the link's busy-span rate, raised to the largest BtlBw of

@@ -582,6 +582,47 @@ TEST_CASE("a sender faster than the average share is not pulled down to it", "[c
   CHECK(fast_mbps > 80);
 }
 
+TEST_CASE("weighted shares: equal weights are the fair share, others split by weight",
+          "[congestion]") {
+  std::vector<size_t> order;
+  const std::vector<double> one = {1.0};
+  CHECK(WeightedShareLevel(100, {50}, one, order) == 0);  // one flow: no share
+  CHECK(WeightedShareLevel(0, {10, 20}, {1.0, 1.0}, order) == 0);
+  CHECK(WeightedShareLevel(100, {10, 20}, {1.0}, order) == 0);  // sizes differ
+  // Equal weights: FairShareBps's level, whatever the weight's unit,
+  // where no flow reads just under it.
+  for (std::vector<uint64_t> rates : std::vector<std::vector<uint64_t>>{
+           {30, 30, 30, 30}, {60, 10, 60}, {10, 80, 20}, {10, 20, 30}, {5, 90, 40, 12, 80}}) {
+    std::vector<uint64_t> sorted = rates;
+    const uint64_t fair = FairShareBps(200, sorted);
+    const double level =
+        WeightedShareLevel(200, rates, std::vector<double>(rates.size(), 7.0), order);
+    CHECK(std::abs(level * 7.0 - double(fair)) <= 1.0);
+  }
+  // A sender's three peers with 48, 6 and 4 units left, none held
+  // elsewhere: shares in that proportion, so all end together.
+  const std::vector<double> left = {48, 6, 4};
+  const std::vector<uint64_t> fresh = {UINT64_MAX, UINT64_MAX, UINT64_MAX};
+  double level = WeightedShareLevel(58'000, fresh, left, order);
+  CHECK(level == Approx(1000.0));
+  // The second held at 2,000 elsewhere (under its 6,000): it keeps that,
+  // and the other two split the 56,000 left by 48:4.
+  level = WeightedShareLevel(58'000, {UINT64_MAX, 2'000, UINT64_MAX}, left, order);
+  CHECK(level * 48 == Approx(56'000.0 * 48 / 52));
+  CHECK(level * 4 == Approx(56'000.0 * 4 / 52));
+  // One just under its share (70 of 71.5) still counts as taking it:
+  // FairShareBps would hold it to 70 and give the last 73.
+  CHECK(WeightedShareLevel(200, {5, 90, 40, 12, 70}, std::vector<double>(5, 1.0), order) ==
+        Approx(71.5));
+  // Shares sum to the capacity whenever the flows fill it.
+  const std::vector<uint64_t> mixed = {5, 90, 40, 12, 70};
+  const std::vector<double> w = {3, 1, 2, 5, 4};
+  level = WeightedShareLevel(200, mixed, w, order);
+  double sum = 0;
+  for (size_t i = 0; i < mixed.size(); ++i) sum += std::min(double(mixed[i]), level * w[i]);
+  CHECK(sum == Approx(200.0));
+}
+
 TEST_CASE("a share's capacity is the busy spans' rate or one peer's BtlBw", "[congestion]") {
   CHECK(ShareCapacityBps(0, 50) == 0);  // never seen full: no shared bottleneck known
   CHECK(ShareCapacityBps(10, 50) == 50);

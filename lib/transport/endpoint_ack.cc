@@ -175,11 +175,27 @@ uint64_t Endpoint::Impl::LiftedCapacity(ShareLift* lift, uint64_t span_bps, uint
   return static_cast<uint64_t>(std::min(f * double(c), 1e18));
 }
 
+// A peer's weight in the egress share: the bytes it has left, or what it
+// took in the last share window, whichever is more. A psd streams its
+// broadcast in segments: to a worker that takes each before the next
+// comes, only a segment is ever left, and weighed by that alone it would
+// squeeze the tail of a long transfer beside it. At least a packet: a
+// peer whose last bytes are in flight is not held to a crawl for its
+// next flow's first round trip.
+double Endpoint::Impl::ShareWeight(const PeerState& ps, uint64_t rate_bps) const {
+  double w = double(std::max<uint64_t>(ps.unacked_bytes, config.congestion.packet_bytes));
+  if (rate_bps != UINT64_MAX) w = std::max(w, double(rate_bps) / 8e6 * double(kShareWindowUs));
+  return w;
+}
+
 // Each active peer's controller is capped at the receiver's advertised
 // share, and with congestion.egress_share at the smaller of that and the
 // same max-min share over this endpoint's egress (bytes acknowledged to
 // paced peers) among its active paced peers' recent rates. Unpaced peers
 // (loopback, one LAN) are not behind the egress link the share divides.
+// With congestion.weighted_share each peer's share is weighted by the
+// bytes it has left (WeightedShareLevel): what this endpoint sends them
+// together ends together, at the uplink's rate throughout.
 //
 // The egress capacity is ShareCapacityBps of the acknowledged bytes'
 // busy spans and the active paced peers' BtlBw. The cap lift cannot
@@ -188,31 +204,43 @@ uint64_t Endpoint::Impl::LiftedCapacity(ShareLift* lift, uint64_t span_bps, uint
 // can the share lift: one peer whose path is clean shows that this
 // endpoint's uplink, which every one of them crosses, holds no queue.
 void Endpoint::Impl::SetRateCaps(uint64_t now) {
-  uint64_t egress_share = 0;
+  share_states.clear();
+  double level = 0;  // bps per unit of weight; 0: no egress share
   if (config.congestion.egress_share) {
     share_rates.clear();
+    share_weights.clear();
     uint64_t peer_max = 0;
     uint32_t rtprop_max = 0;
     bool room = false;
     for (auto& [peer, ps] : peers) {
       if (ps->flows.empty() || ps->cc.unpaced()) continue;
-      share_rates.push_back(ShareRate(ps->acked, ps->active_since_us, now));
+      share_states.push_back(ps.get());
+      const uint64_t rate = ShareRate(ps->acked, ps->active_since_us, now);
+      share_rates.push_back(rate);
+      share_weights.push_back(config.congestion.weighted_share ? ShareWeight(*ps, rate) : 1.0);
       peer_max = std::max(peer_max, ps->cc.btlbw_bps());
       rtprop_max = std::max(rtprop_max, ps->cc.rtprop_us());
       room = room || ps->cc.path_clean();
     }
     if (share_rates.size() < 2) {
       egress_lift.Reset();
+      share_states.clear();
     } else {
-      egress_share = FairShareBps(
+      level = WeightedShareLevel(
           LiftedCapacity(&egress_lift, egress.link_rate_bps(now), peer_max, now, room, rtprop_max),
-          share_rates);
+          share_rates, share_weights, share_order);
     }
+  }
+  for (auto& [peer, ps] : peers) ps->egress_share_bps = 0;
+  for (size_t i = 0; i < share_states.size() && level > 0; ++i) {
+    share_states[i]->egress_share_bps =
+        static_cast<uint64_t>(std::min(level * share_weights[i], 1e18));
   }
   for (auto& [peer, ps] : peers) {
     if (ps->flows.empty()) continue;
     uint64_t cap = ps->receiver_share_bps;
-    if (egress_share > 0 && (cap == 0 || egress_share < cap)) cap = egress_share;
+    const uint64_t share = ps->egress_share_bps;
+    if (share > 0 && (cap == 0 || share < cap)) cap = share;
     ps->cc.SetRateCap(cap);
   }
 }

@@ -70,12 +70,16 @@ struct PeerState {
   explicit PeerState(const CongestionConfig& c) : cc(c) {}
   CongestionControl cc;
   uint64_t inflight_bytes = 0;
+  // Bytes of this peer's active flows not acknowledged yet: its weight in
+  // the egress share (CongestionConfig::weighted_share).
+  uint64_t unacked_bytes = 0;
   uint64_t next_send_us = 0;
   uint64_t tx_counter = 0;
   uint64_t highest_acked_tx = 0;
   std::deque<InflightEntry> inflight;
   std::deque<uint32_t> flows;                  // active flow ids, served round-robin
   uint64_t receiver_share_bps = 0;             // the receiver's fair share (ACK btlbw_kbps)
+  uint64_t egress_share_bps = 0;               // SetRateCaps' share of our egress (0: none)
   IngressRate acked{kShareBinUs, kShareBins};  // bytes acknowledged (egress share)
   uint64_t active_since_us = 0;                // first flow after kShareWindowUs idle
   uint64_t idle_since_us = 0;                  // flows became empty; 0: never active
@@ -223,6 +227,9 @@ struct Endpoint::Impl {
   IngressRate egress;                     // data bytes acknowledged, all peers (egress share)
   absl::flat_hash_set<Peer> share_peers;  // IngressShareBps's scratch
   std::vector<uint64_t> share_rates;      // IngressShareBps's and SetRateCaps' scratch
+  std::vector<double> share_weights;      // SetRateCaps' scratch
+  std::vector<size_t> share_order;        // SetRateCaps' scratch
+  std::vector<PeerState*> share_states;   // SetRateCaps' scratch
   ShareLift ingress_lift, egress_lift;    // congestion.h, "Share lift"
 
   // Event loop (endpoint.cc).
@@ -294,6 +301,9 @@ struct Endpoint::Impl {
   // across it says its path is clean).
   uint64_t LiftedCapacity(ShareLift* lift, uint64_t span_bps, uint64_t peer_max_bps, uint64_t now,
                           bool room, uint32_t rtprop_us);
+  // A peer's weight in the egress share (endpoint_ack.cc); rate_bps as
+  // ShareRate says (UINT64_MAX: new).
+  double ShareWeight(const PeerState& ps, uint64_t rate_bps) const;
   void SetRateCaps(uint64_t now);
 };
 

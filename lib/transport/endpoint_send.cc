@@ -71,6 +71,9 @@ void Endpoint::Impl::TakeSubmissions(uint64_t now) {
     f->timing.pacing_holds = ps.pacing_holds;
     f->timing.window_holds = ps.window_holds;
     ps.flows.push_back(f->flow_id);
+    for (const PacketSpan& span : f->packets) {
+      ps.unacked_bytes += kHeaderBytes + span.floats * sizeof(float);
+    }
     ++stats.flows_sent;
     flows[f->flow_id] = std::move(f);
   }
@@ -96,10 +99,13 @@ void Endpoint::Impl::FinishFlow(uint32_t flow_id, absl::Status s) {
     t.rtprop_us = ps.cc.rtprop_us();
     t.in_startup = ps.cc.in_startup();
     for (uint32_t i = 0; i < f.state.size(); ++i) {
+      const uint64_t bytes = kHeaderBytes + f.packets[i].floats * sizeof(float);
       if (f.state[i].in_flight) {
-        ps.inflight_bytes -= kHeaderBytes + f.packets[i].floats * sizeof(float);
+        ps.inflight_bytes -= bytes;
         f.state[i].in_flight = false;
       }
+      // Closed early, stopped or cancelled: what was never acknowledged.
+      if (!f.state[i].acked) ps.unacked_bytes -= std::min(ps.unacked_bytes, bytes);
     }
     ps.flows.erase(std::remove(ps.flows.begin(), ps.flows.end(), flow_id), ps.flows.end());
     if (ps.flows.empty()) ps.idle_since_us = t.done_us;
@@ -327,6 +333,7 @@ bool Endpoint::Impl::AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t n
   if (st.acked) return false;
   const uint32_t bytes = kHeaderBytes + f.packets[seq].floats * sizeof(float);
   st.acked = true;
+  ps.unacked_bytes -= std::min<uint64_t>(ps.unacked_bytes, bytes);
   if (st.in_flight) {
     ps.inflight_bytes -= bytes;
     st.in_flight = false;

@@ -118,6 +118,11 @@ void SimNetwork::SetEgress(const Peer& from, const LinkImpairment& imp) {
   egress_[from] = imp;
 }
 
+void SimNetwork::SetUplink(const Peer& from, uint64_t rate_bps, uint64_t queue_bytes_max) {
+  absl::MutexLock lock(&mu_);
+  uplinks_[from] = Uplink{rate_bps, queue_bytes_max};
+}
+
 void SimNetwork::SetDownlink(const Peer& to, uint64_t rate_bps, uint64_t queue_bytes_max) {
   std::shared_ptr<Inbox> in;
   {
@@ -150,9 +155,15 @@ void SimNetwork::Wake(std::vector<int>* fds) {
 }
 
 void SimNetwork::Route(const Peer& from, const Peer& to, LinkState& link,
-                       std::vector<uint8_t> bytes, std::vector<int>* wake) {
+                       std::vector<uint8_t> bytes, std::vector<int>* wake,
+                       uint64_t* uplink_busy_us) {
   ++counters_.sent;
   const LinkImpairment imp = ImpairmentFor(from, to);
+  Uplink up;
+  if (uplink_busy_us != nullptr) {
+    absl::ReaderMutexLock lock(&mu_);
+    if (auto it = uplinks_.find(from); it != uplinks_.end()) up = it->second;
+  }
   // Every datagram draws the same number of values, whatever its fate, so
   // one datagram's fate never shifts the next one's.
   const double lose = Unit(&link.rng);
@@ -172,7 +183,17 @@ void SimNetwork::Route(const Peer& from, const Peer& to, LinkState& link,
     ++counters_.lost;
     return;
   }
-  const uint64_t now = clock_->MonotonicMicros();
+  uint64_t now = clock_->MonotonicMicros();
+  if (up.rate_bps > 0) {
+    // The uplink first: the datagram enters its link when it leaves it.
+    const uint64_t start = std::max(now, *uplink_busy_us);
+    if ((start - now) * up.rate_bps / 8'000'000 > up.queue_bytes_max) {
+      ++counters_.queue_dropped;
+      return;
+    }
+    *uplink_busy_us = start + (uint64_t(bytes.size()) * 8'000'000 + up.rate_bps - 1) / up.rate_bps;
+    now = *uplink_busy_us;
+  }
   uint64_t leaves = now;
   if (imp.rate_bps > 0) {
     const uint64_t start = std::max(now, link.busy_until_us);
@@ -251,7 +272,7 @@ int SimSocket::SendBatch(const OutDatagram* d, size_t n) {
     if (d[i].body_len > 0) std::memcpy(bytes.data() + d[i].head_len, d[i].body, d[i].body_len);
     auto [it, fresh] = links_.try_emplace(d[i].to);
     if (fresh) it->second = net_->NewLink(local_, d[i].to);
-    net_->Route(local_, d[i].to, it->second, std::move(bytes), &wake);
+    net_->Route(local_, d[i].to, it->second, std::move(bytes), &wake, &uplink_busy_until_us_);
   }
   SimNetwork::Wake(&wake);
   return static_cast<int>(n);

@@ -80,6 +80,7 @@ class SimSocket final : public DatagramSocket {
     uint64_t busy_until_us = 0;  // the bottleneck is sending until then
   };
   absl::flat_hash_map<Peer, LinkState> links_;
+  uint64_t uplink_busy_until_us_ = 0;       // SimNetwork::SetUplink's bottleneck
   std::vector<std::vector<uint8_t>> held_;  // the last RecvBatch's datagrams
   std::vector<Peer> held_from_;
   std::vector<uint64_t> held_age_;  // how long each waited to be read
@@ -104,6 +105,11 @@ class SimNetwork {
   // downlink, shared by all its senders): `rate_bps` (0: none), drop-tail
   // past `queue_bytes_max` waiting.
   void SetDownlink(const Peer& to, uint64_t rate_bps, uint64_t queue_bytes_max);
+  // A bottleneck every datagram from `from` (an open socket) crosses
+  // before its link, in the order sent (a host's access uplink, shared
+  // by all its peers): `rate_bps` (0: none), drop-tail past
+  // `queue_bytes_max` waiting.
+  void SetUplink(const Peer& from, uint64_t rate_bps, uint64_t queue_bytes_max);
   // A datagram from any address (it need not hold a socket): hostile or
   // replayed traffic in tests. Goes through the from -> to link like any.
   void Inject(const Peer& from, const Peer& to, const uint8_t* data, size_t len);
@@ -120,8 +126,9 @@ class SimNetwork {
   LinkState NewLink(const Peer& from, const Peer& to) const;
   // Decides a datagram's fate on `link` and queues it (or not) at `to`;
   // eventfds to write once no lock is held go to *wake.
+  // `uplink_busy_us`: the sending socket's uplink (null: none).
   void Route(const Peer& from, const Peer& to, LinkState& link, std::vector<uint8_t> bytes,
-             std::vector<int>* wake);
+             std::vector<int>* wake, uint64_t* uplink_busy_us = nullptr);
   static void Wake(std::vector<int>* fds);
   void Close(const Peer& addr);
 
@@ -139,6 +146,11 @@ class SimNetwork {
   absl::flat_hash_map<Peer, std::shared_ptr<Inbox>> inboxes_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::pair<Peer, Peer>, LinkImpairment> links_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Peer, LinkImpairment> egress_ ABSL_GUARDED_BY(mu_);
+  struct Uplink {
+    uint64_t rate_bps = 0;
+    uint64_t queue_bytes_max = 0;
+  };
+  absl::flat_hash_map<Peer, Uplink> uplinks_ ABSL_GUARDED_BY(mu_);
   uint16_t next_port_ ABSL_GUARDED_BY(mu_) = 20000;
   // Links of injected traffic (no socket owns them).
   absl::Mutex inject_mu_;

@@ -5,8 +5,10 @@
 
 #include <arpa/inet.h>
 
+#include <array>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <memory>
 
 namespace hetps {
 namespace transport {
@@ -23,6 +25,17 @@ void SendN(SimSocket& from, const Peer& to, int n, size_t bytes = 100) {
     OutDatagram d{to, buf.data(), buf.size(), nullptr, 0};
     REQUIRE(from.SendBatch(&d, 1) == 1);
   }
+}
+
+// Sockets at hosts 1, 2 and 3.
+std::array<std::unique_ptr<SimSocket>, 3> OpenThree(SimNetwork& net) {
+  std::array<std::unique_ptr<SimSocket>, 3> out;
+  for (uint32_t i = 0; i < 3; ++i) {
+    auto s = net.Open(Addr(i + 1));
+    REQUIRE(s.ok());
+    out[i] = std::move(*s);
+  }
+  return out;
 }
 
 // Every datagram receivable now, as the int each one starts with.
@@ -127,36 +140,60 @@ TEST_CASE("a rate-limited link serialises and drops at the tail of its queue", "
 TEST_CASE("a downlink serialises what all senders send to it", "[sim]") {
   FakeClock clock;
   SimNetwork net(&clock, 1);
-  auto a = net.Open(Addr(1));
-  auto b = net.Open(Addr(2));
-  auto c = net.Open(Addr(3));
-  REQUIRE(a.ok());
-  REQUIRE(b.ok());
-  REQUIRE(c.ok());
+  auto [a, b, c] = OpenThree(net);
   LinkImpairment imp;
   imp.delay_us = 0;
   imp.rate_bps = 8'000'000;  // each sender's link: 1 byte per microsecond
   net.SetEgress(Addr(1), imp);
   net.SetEgress(Addr(2), imp);
   net.SetDownlink(Addr(3), 8'000'000, 10'000);  // the same rate, 10 ms of queue
-  SendN(**a, Addr(3), 5, 1000);
-  SendN(**b, Addr(3), 5, 1000);
+  SendN(*a, Addr(3), 5, 1000);
+  SendN(*b, Addr(3), 5, 1000);
   clock.Advance(absl::Milliseconds(5));
   // Through by 5 ms: the first pair's two, then one a ms.
-  CHECK(Drain(**c) == std::vector<int>{0, 0, 1, 1});
+  CHECK(Drain(*c) == std::vector<int>{0, 0, 1, 1});
   CHECK(net.next_arrival_us() == clock.MonotonicMicros() + 1000);  // a2
   clock.Advance(absl::Milliseconds(6));
-  CHECK(Drain(**c).size() == 6);
+  CHECK(Drain(*c).size() == 6);
   CHECK(net.stats().queue_dropped == 0);
-  SendN(**a, Addr(3), 40, 1000);  // 40 ms each: twice what the downlink takes
-  SendN(**b, Addr(3), 40, 1000);
+  SendN(*a, Addr(3), 40, 1000);  // 40 ms each: twice what the downlink takes
+  SendN(*b, Addr(3), 40, 1000);
   clock.Advance(absl::Milliseconds(200));
-  const auto got = Drain(**c);
+  const auto got = Drain(*c);
   const uint64_t dropped = net.stats().queue_dropped;
   CHECK(got.size() + dropped == 80);
   // ~40 went through while they came, ~10 more from the full queue.
   CHECK(got.size() >= 48);
   CHECK(got.size() <= 52);
+}
+
+TEST_CASE("an uplink serialises what one sender sends to all its peers", "[sim]") {
+  FakeClock clock;
+  SimNetwork net(&clock, 1);
+  auto [a, b, c] = OpenThree(net);
+  LinkImpairment imp;
+  imp.delay_us = 100;
+  net.SetEgress(Addr(1), imp);                // links without a rate of their own
+  net.SetUplink(Addr(1), 8'000'000, 10'000);  // 1 byte per microsecond, 10 ms of queue
+  SendN(*a, Addr(2), 3, 1000);
+  SendN(*a, Addr(3), 3, 1000);
+  // One a ms, in the order sent: b's three, then c's.
+  clock.Advance(absl::Microseconds(3100));
+  CHECK(Drain(*b) == std::vector<int>{0, 1, 2});
+  CHECK(Drain(*c).empty());
+  clock.Advance(absl::Milliseconds(3));
+  CHECK(Drain(*c) == std::vector<int>{0, 1, 2});
+  CHECK(net.stats().queue_dropped == 0);
+  SendN(*a, Addr(2), 40, 1000);  // 40 ms at once: the queue holds 10
+  SendN(*a, Addr(3), 40, 1000);
+  clock.Advance(absl::Milliseconds(200));
+  const size_t got = Drain(*b).size() + Drain(*c).size();
+  CHECK(got + net.stats().queue_dropped == 80);
+  CHECK(got == 11);  // the one on the wire and ten waiting
+  // Another sender's datagrams do not wait behind a's.
+  SendN(*b, Addr(3), 1, 1000);
+  clock.Advance(absl::Microseconds(100));
+  CHECK(Drain(*c).size() == 1);
 }
 
 TEST_CASE("addresses: taken ports refused, port 0 picks one, unroutable counted", "[sim]") {
