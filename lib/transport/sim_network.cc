@@ -179,13 +179,10 @@ void SimNetwork::Route(const Peer& from, const Peer& to, LinkState& link,
     ++counters_.unroutable;
     return;
   }
-  if (lose < imp.loss) {
-    ++counters_.lost;
-    return;
-  }
   uint64_t now = clock_->MonotonicMicros();
   if (up.rate_bps > 0) {
-    // The uplink first: the datagram enters its link when it leaves it.
+    // The uplink first (it carries what its link then loses): the
+    // datagram enters its link when it leaves the uplink.
     const uint64_t start = std::max(now, *uplink_busy_us);
     if ((start - now) * up.rate_bps / 8'000'000 > up.queue_bytes_max) {
       ++counters_.queue_dropped;
@@ -193,6 +190,10 @@ void SimNetwork::Route(const Peer& from, const Peer& to, LinkState& link,
     }
     *uplink_busy_us = start + (uint64_t(bytes.size()) * 8'000'000 + up.rate_bps - 1) / up.rate_bps;
     now = *uplink_busy_us;
+  }
+  if (lose < imp.loss) {
+    ++counters_.lost;
+    return;
   }
   uint64_t leaves = now;
   if (imp.rate_bps > 0) {

@@ -194,6 +194,18 @@ TEST_CASE("an uplink serialises what one sender sends to all its peers", "[sim]"
   SendN(*b, Addr(3), 1, 1000);
   clock.Advance(absl::Microseconds(100));
   CHECK(Drain(*c).size() == 1);
+  // What a link loses crossed the uplink first: c's datagram waits
+  // behind the two that a's link to b drops.
+  LinkImpairment lossy = imp;
+  lossy.loss = 1.0;
+  net.SetLink(Addr(1), Addr(2), lossy);
+  SendN(*a, Addr(2), 2, 1000);
+  SendN(*a, Addr(3), 1, 1000);
+  clock.Advance(absl::Microseconds(2900));
+  CHECK(Drain(*c).empty());
+  clock.Advance(absl::Microseconds(200));
+  CHECK(Drain(*c).size() == 1);
+  CHECK(Drain(*b).empty());
 }
 
 TEST_CASE("addresses: taken ports refused, port 0 picks one, unroutable counted", "[sim]") {
