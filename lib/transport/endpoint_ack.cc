@@ -2,6 +2,7 @@
 // flow (carrying the receiver's fair share of its ingress), STOPs, and
 // the fair-share rate caps on the sending side.
 #include <algorithm>
+#include <utility>
 
 #include "lib/transport/endpoint_internal.h"
 
@@ -231,7 +232,6 @@ void Endpoint::Impl::SetRateCaps(uint64_t now) {
           share_rates, share_weights, share_order);
     }
   }
-  for (auto& [peer, ps] : peers) ps->egress_share_bps = 0;
   for (size_t i = 0; i < share_states.size() && level > 0; ++i) {
     share_states[i]->egress_share_bps =
         static_cast<uint64_t>(std::min(level * share_weights[i], 1e18));
@@ -239,7 +239,8 @@ void Endpoint::Impl::SetRateCaps(uint64_t now) {
   for (auto& [peer, ps] : peers) {
     if (ps->flows.empty()) continue;
     uint64_t cap = ps->receiver_share_bps;
-    const uint64_t share = ps->egress_share_bps;
+    // Read once and cleared: only this call's shared peers set it.
+    const uint64_t share = std::exchange(ps->egress_share_bps, 0);
     if (share > 0 && (cap == 0 || share < cap)) cap = share;
     ps->cc.SetRateCap(cap);
   }
