@@ -106,6 +106,8 @@ class Cluster {
     }
     if (settle_version_ != 0 && job_.plan_settled_ms == 0) {
       job_.plan_settled_ms = UnixMs(net_->now());
+    } else if (settle_version_ != 0 && job_.plan_round_ms == 0) {
+      job_.plan_round_ms = (net_->now() - start) * 1000;  // the map's first of its own
     }
     return net_->now() - start;
   }
@@ -225,6 +227,7 @@ class Cluster {
       pending_ = c;
       version_ = plan->version();
       job_.plan_settled_ms = 0;
+      job_.plan_round_ms = 0;
       settle_version_ = 0;
       if (o_.verbose) {
         std::printf("  %7.2f s  version %llu: chunks", net_->now(), (unsigned long long)version_);

@@ -10,7 +10,8 @@
 // them (the largest of the latest 4 within the job's measurement window)
 // and reported with its age; what each host's link delivered per 50 ms
 // goes in as node traffic. The loop looks every 250 ms; a plan takes
-// effect at the next round, and settles when that round ends.
+// effect at the next round, and settles when that round ends; the round
+// after it is the map's first of its own (PolicyJob::plan_round_ms).
 //
 // RunPermutation is bench/adaptive.sh --part permute's scenario: every
 // period_s the rates move one host along. The readings are ideal (max-min

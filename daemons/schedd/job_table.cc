@@ -181,7 +181,10 @@ void JobTable::OnHeartbeat(const NodeRecord& node, const v1::NodeJobReport* repo
     me->reported = true;
     me->last_report = clock_->Now();
     current->reports_dirty = true;
-    if (me->role == NodeRole::kServer) NotePlanSettled(*current);
+    if (me->role == NodeRole::kServer) {
+      NotePlanSettled(*current);
+      NotePlanRound(*current, *me);
+    }
     if (Active(*current)) Advance(*current);
   }
   SaveIfChanged(seq, roster);
@@ -428,6 +431,46 @@ void JobTable::NotePlanSettled(Job& j) {
   j.settled_epoch = a.recovery_epoch();
   j.settled_version = v;
   j.settled = clock_->Now();
+}
+
+void JobTable::NotePlanRound(Job& j, const Member& m) {
+  const v1::JobAssignment& a = j.assignment;
+  if (!a.has_plan() || a.state() != v1::JOB_STATE_RUNNING) return;
+  const uint32_t v = uint32_t(a.plan().version());
+  if (j.round_epoch != a.recovery_epoch() || j.round_version != v) {
+    j.round_epoch = a.recovery_epoch();
+    j.round_version = v;
+    j.round_ms.clear();
+  }
+  const v1::NodeJobReport& r = m.report;
+  // iteration counts the rounds closed, so from plan_from + 2 on the last
+  // one is past the plan's first. A duration no round can have (over the
+  // longest deadline, or not a number) says nothing.
+  if (r.recovery_epoch() != a.recovery_epoch() || r.plan_version() != v || r.iteration() < 0 ||
+      uint64_t(r.iteration()) < r.plan_from() + 2 ||
+      !(r.last_round_ms() > 0 && r.last_round_ms() <= kRoundMsMax)) {
+    return;
+  }
+  j.round_ms.emplace(m.m.node_id(), r.last_round_ms());  // the first one only
+}
+
+double JobTable::PlanRoundMs(const std::string& job_id, uint32_t recovery_epoch,
+                             uint32_t version) const {
+  absl::MutexLock lock(&mu_);
+  if (jobs_.empty()) return 0;
+  const Job& j = jobs_.back();
+  if (j.assignment.job_id() != job_id || j.round_epoch != recovery_epoch ||
+      j.round_version != version) {
+    return 0;
+  }
+  double longest = 0;
+  for (const Member& m : j.members) {
+    if (m.role != NodeRole::kServer || !m.m.alive()) continue;
+    auto it = j.round_ms.find(m.m.node_id());
+    if (it == j.round_ms.end()) return 0;
+    longest = std::max(longest, it->second);
+  }
+  return longest;
 }
 
 int64_t JobTable::PlanSettledMs(const std::string& job_id, uint32_t recovery_epoch,

@@ -42,6 +42,7 @@
 #define HETPS_DAEMONS_SCHEDD_JOB_TABLE_H_
 
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -111,6 +112,14 @@ class JobTable {
   // chunks, as their heartbeats said; 0 while one has not, or for another
   // job, epoch or version. Traffic from before it describes the switch.
   int64_t PlanSettledMs(const std::string& job_id, uint32_t recovery_epoch, uint32_t version) const;
+  // The first round after that first one, the first the map itself sets,
+  // in ms: its longest at any live server (each psd's last_round_ms once
+  // it reported a round past it); 0 while one has not, or for another
+  // job, epoch or version.
+  double PlanRoundMs(const std::string& job_id, uint32_t recovery_epoch, uint32_t version) const;
+  // A reported round longer than this (a day; deadlines end at an hour)
+  // is no round's: PlanRoundMs ignores it.
+  static constexpr double kRoundMsMax = 86'400'000;
 
   // Counts for metrics: jobs ever submitted per final or current state.
   std::vector<std::pair<v1::JobState, int>> StateCounts() const;
@@ -141,6 +150,10 @@ class JobTable {
     // The newest plan every server closed a first round of, and when.
     uint32_t settled_epoch = 0, settled_version = 0;
     absl::Time settled;
+    // Of the newest plan: each server's first round after its first
+    // (PlanRoundMs), by node id.
+    uint32_t round_epoch = 0, round_version = 0;
+    std::map<std::string, double> round_ms;
   };
 
   static bool Active(const Job& j);
@@ -151,6 +164,7 @@ class JobTable {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SyncAssignment(Job& j);  // member aliveness into the assignment
   void NotePlanSettled(Job& j) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NotePlanRound(Job& j, const Member& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LoseMember(Job& j, Member* m, const char* why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A recovery epoch, in order: every server ready (its checkpoints
   // offered) -> DecideResume picks the round; every server loaded it and

@@ -5,6 +5,7 @@
 #include <rocksdb/db.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 
 #include "lib/base/test_dir.h"
 
@@ -176,20 +177,25 @@ TEST_CASE("Assignments go out until applied; start after every member is ready")
   CHECK(f.table.Submit(Request(), Cluster()).ok());
 }
 
-TEST_CASE("A plan settles when every server closed its first round") {
-  Fixture f;
-  REQUIRE(f.table.Submit(Request(), Cluster()).ok());
-  v1::JobAssignment a = f.Beat("psd-0", nullptr);
+// The job running, with plan version 2 issued; returns its assignment.
+v1::JobAssignment RunningWithPlan2(Fixture* f) {
+  REQUIRE(f->table.Submit(Request(), Cluster()).ok());
+  v1::JobAssignment a = f->Beat("psd-0", nullptr);
   for (const char* m : {"psd-0", "psd-1", "worker-0", "worker-1"}) {
     v1::NodeJobReport ready = Report(a, true);
-    f.Beat(m, &ready);
+    f->Beat(m, &ready);
   }
-  REQUIRE(f.State() == v1::JOB_STATE_RUNNING);
+  REQUIRE(f->State() == v1::JOB_STATE_RUNNING);
   v1::Policy plan;
   plan.set_job_id(a.job_id());
   plan.set_version(2);
-  REQUIRE(f.table.IssuePlan(plan));
-  a = f.Beat("psd-0", nullptr);
+  REQUIRE(f->table.IssuePlan(plan));
+  return f->Beat("psd-0", nullptr);
+}
+
+TEST_CASE("A plan settles when every server closed its first round") {
+  Fixture f;
+  v1::JobAssignment a = RunningWithPlan2(&f);
   auto server = [&](const char* node, uint32_t version, uint64_t from, int64_t iteration) {
     v1::NodeJobReport r = Report(a, true);
     r.set_plan_version(version);
@@ -214,6 +220,51 @@ TEST_CASE("A plan settles when every server closed its first round") {
   CHECK(f.table.PlanSettledMs(a.job_id(), 0, 3) == 0);
   CHECK(f.table.PlanSettledMs(a.job_id(), 1, 2) == 0);
   CHECK(f.table.PlanSettledMs("job-other", 0, 2) == 0);
+}
+
+// The round after a plan's first is the first the map itself sets: each
+// psd says how long it took once it reported a round past it, and the
+// plan's is the longest at any live psd.
+TEST_CASE("A plan's first round of its own is its longest at any server") {
+  Fixture f;
+  v1::JobAssignment a = RunningWithPlan2(&f);
+  uint64_t from = 11;  // the plan's first round
+  auto server = [&](const char* node, uint32_t version, int64_t iteration, double round_ms) {
+    v1::NodeJobReport r = Report(a, true);
+    r.set_plan_version(version);
+    r.set_plan_from(from);
+    r.set_iteration(iteration);
+    r.set_last_round_ms(round_ms);
+    f.Beat(node, &r);
+  };
+  server("psd-0", 1, 11, 900);   // the plan before
+  server("psd-1", 2, 12, 2500);  // closed the switch's round: not the map's
+  CHECK(f.table.PlanRoundMs(a.job_id(), 0, 2) == 0);
+  server("psd-0", 2, 13, 1800);
+  CHECK(f.table.PlanRoundMs(a.job_id(), 0, 2) == 0);  // psd-1 has not said
+  // Not numbers a round can take, then psd-1's round past the first.
+  server("psd-1", 2, 13, std::nan(""));
+  server("psd-1", 2, 13, -5);
+  server("psd-1", 2, 13, 1e12);
+  CHECK(f.table.PlanRoundMs(a.job_id(), 0, 2) == 0);
+  server("psd-1", 2, 14, 2100);
+  CHECK(f.table.PlanRoundMs(a.job_id(), 0, 2) == 2100);
+  // The first one counts, and only for this job, epoch and version.
+  server("psd-0", 2, 15, 3000);
+  CHECK(f.table.PlanRoundMs(a.job_id(), 0, 2) == 2100);
+  CHECK(f.table.PlanRoundMs(a.job_id(), 0, 3) == 0);
+  CHECK(f.table.PlanRoundMs(a.job_id(), 1, 2) == 0);
+  CHECK(f.table.PlanRoundMs("job-other", 0, 2) == 0);
+  // A new plan starts again.
+  v1::Policy plan;
+  plan.set_job_id(a.job_id());
+  plan.set_version(3);
+  REQUIRE(f.table.IssuePlan(plan));
+  a = f.Beat("psd-0", nullptr);
+  from = 16;
+  server("psd-0", 3, 17, 1000);
+  CHECK(f.table.PlanRoundMs(a.job_id(), 0, 3) == 0);
+  CHECK(f.table.PlanRoundMs(a.job_id(), 0, 2) == 0);
 }
 
 TEST_CASE("A dead worker leaves the roster; the job goes on") {

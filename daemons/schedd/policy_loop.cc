@@ -282,6 +282,9 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
     began_ms_ = now_ms;
     moved_at_ms_.clear();
     back_at_ms_.clear();
+    map_predicted_ = map_ratio_ = 0;
+    map_redecided_ = false;
+    ratios_.clear();
     work_seen_ = job.work;
     current_ = v1::Policy();
     current_.set_version(1);
@@ -344,6 +347,18 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
   }
   next_ms_ = now_ms + job.update_time_ms;
   if (!load) next.set_changed_fraction(0);
+  if (load) {
+    if (map_ratio_ > 0) {
+      ratios_.push_back(map_ratio_);
+      if (ratios_.size() > kRatiosMax) ratios_.pop_front();
+    }
+    const std::vector<int64_t> counts(next.server_chunks().begin(), next.server_chunks().end());
+    const std::vector<double> rate(next.server_throughput_bytes_per_second().begin(),
+                                   next.server_throughput_bytes_per_second().end());
+    map_predicted_ = PredictedTransfer(counts, rate);
+    map_ratio_ = 0;
+    map_redecided_ = false;
+  }
   next.set_version(current_.version() + 1);
   next.set_job_id(job.job_id);
   next.set_recovery_epoch(job.recovery_epoch);
@@ -587,6 +602,8 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   // costs its own slow first round.
   // The first map, too, is made from a whole period of readings.
   int64_t since_ms = began_ms_;
+  std::string early;  // why the waits below were skipped
+  bool wrong = false;
   if (current_.version() > 1 && current_.changed_fraction() > 0) {
     const int64_t held_ms = now_ms - current_.issued_unix_ms();
     since_ms = job.plan_settled_ms;
@@ -598,8 +615,9 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
       }
       since_ms = current_.issued_unix_ms() + 2 * job.update_time_ms;
     }
+    wrong = job.plan_settled_ms > 0 && WrongMap(job, &early);
   }
-  if (now_ms - since_ms < job.update_time_ms) {
+  if (!wrong && now_ms - since_ms < job.update_time_ms) {
     *why = absl::StrCat("kept version ", current_.version(), ": its rounds measured for ",
                         std::max<int64_t>(0, now_ms - since_ms) / 1000.0,
                         " s, a decision needs one update period of them");
@@ -617,6 +635,7 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
       job, in_force, links, std::max(now_ms - job.window_ms(), since_ms), &*rate, &own);
   ReadOwnLinks(job, links, now_ms, since_ms, own, &*rate);
   last_rates_ = *rate;
+  if (wrong) map_redecided_ = true;  // this look is its early decision
   // Measurement noise does not move chunks: only a host whose throughput
   // moved by more than update_rate since the plan in force was made.
   if (current_.server_throughput_bytes_per_second_size() == int(servers)) {
@@ -662,7 +681,7 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
     // shows after it, its last (a drop) a window after it: three windows
     // past the first, the last window's readings are all from after the
     // change, even where noise began a move up to two windows before it.
-    if (now_ms - latest_ms < job.window_ms() &&
+    if (!wrong && now_ms - latest_ms < job.window_ms() &&
         now_ms - first_ms < kMoveWaitWindows * job.window_ms()) {
       *why = absl::StrCat("kept version ", current_.version(), ": throughputs moved (by up to ",
                           moved, "), the last ", (now_ms - latest_ms) / 1000.0,
@@ -694,7 +713,7 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
       Rebase(*rate, next);
       *why = absl::StrCat("kept version ", current_.version(),
                           ": a new map would shorten the predicted transfer by ",
-                          was > 0 ? 1 - will / was : 0, ", not over update_rate");
+                          was > 0 ? 1 - will / was : 0, ", not over update_rate", early);
       return false;
     }
   }
@@ -721,7 +740,7 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
     // About the same map: the new throughputs are its basis from now on.
     Rebase(*rate, next);
     *why = absl::StrCat("kept version ", current_.version(), ": ", update->diff.chunks_moved,
-                        " of ", chunks, " chunks would move, under update_rate");
+                        " of ", chunks, " chunks would move, under update_rate", early);
     return false;
   }
   next->set_changed_fraction(update->diff.rate);
@@ -739,6 +758,22 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   };
   name("; held by their peers, taken as fast as the fastest: ", lifted);
   name("; idle, held by their own links, read over a window: ", own);
+  absl::StrAppend(why, early);
+  return true;
+}
+
+bool PolicyLoop::WrongMap(const PolicyJob& job, std::string* note) {
+  if (map_ratio_ <= 0 && job.plan_round_ms > 0 && map_predicted_ > 0) {
+    map_ratio_ = job.plan_round_ms / map_predicted_;
+  }
+  if (map_redecided_ || map_ratio_ <= 0 || ratios_.empty()) return false;
+  std::vector<double> before(ratios_.begin(), ratios_.end());
+  std::nth_element(before.begin(), before.begin() + before.size() / 2, before.end());
+  const double median = before[before.size() / 2];
+  if (!(map_ratio_ > kWrongMapFactor * median)) return false;
+  *note = absl::StrCat("; made without waiting: version ", current_.version(),
+                       "'s first round of its own ran ", map_ratio_ / median,
+                       "x what its readings predicted, against the maps before it");
   return true;
 }
 

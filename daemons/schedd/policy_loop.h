@@ -161,6 +161,9 @@ struct PolicyJob {
   // When every server had closed the first round of the loop's plan in
   // force (JobTable::PlanSettledMs; 0: not yet, or not said).
   int64_t plan_settled_ms = 0;
+  // The round after that first one, the first the map itself sets, at its
+  // slowest server, in ms (JobTable::PlanRoundMs; 0: not yet, or not said).
+  double plan_round_ms = 0;
   // A recovery epoch that resumed under its checkpoint's plan: that plan
   // (version 1 of the epoch; chunk_server and worker_batches). Unset: the
   // even split.
@@ -246,6 +249,20 @@ class PolicyLoop {
   // move, but at most this many windows since the first did.
   static constexpr int64_t kMoveWaitWindows = 3;
 
+  // A map checked against its own rounds: its first round of its own
+  // (PolicyJob::plan_round_ms) over the round Eq. 9 predicted for it from
+  // the readings it was made from. Where that ratio is over
+  // kWrongMapFactor times the median of the maps' before it (the newest
+  // kRatiosMax), the readings were wrong (a change they had not caught
+  // up with, an idle host's old rate), and its successor is decided once
+  // without waiting for a period of readings or for moves to settle: its
+  // rounds so far are of the map alone. The ratio, not the round: how
+  // much of a round the transfer is depends on the job, and only the
+  // same job's maps say what a right one costs. Once per map, so that a
+  // round that was slow by chance costs at most one early look.
+  static constexpr double kWrongMapFactor = 1.75;
+  static constexpr size_t kRatiosMax = 8;
+
   // A new plan to issue (version > 1), or none: not due yet, the map in
   // force not measured for a whole period since it settled (below),
   // links not all measured (each psd's host needs a link probed, or
@@ -308,6 +325,16 @@ class PolicyLoop {
   // comes, between periods too.
   bool rebased_ = false;
   std::deque<v1::PolicyDecision> decisions_;
+  // The map in force against its rounds (kWrongMapFactor): Eq. 9's round
+  // for it from the readings it was made from (0: not a map of this
+  // loop), its first round's ratio to that (0: not measured yet), whether
+  // its early decision was made, and the ratios of the maps before it.
+  double map_predicted_ = 0;
+  double map_ratio_ = 0;
+  bool map_redecided_ = false;
+  std::deque<double> ratios_;
+  // Whether the map in force ran over kWrongMapFactor (measures it first).
+  bool WrongMap(const PolicyJob& job, std::string* note);
 };
 
 }  // namespace hetps

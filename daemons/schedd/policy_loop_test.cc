@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <optional>
 #include <tuple>
 
 namespace hetps {
@@ -408,6 +409,77 @@ TEST_CASE("a map's successor is made only from readings taken after it settled",
 // carry a rate probed well before it (sample_age_ms), which counts by
 // when it was probed. A host that dropped shows it once its last probe
 // of the old rate is a period old, however often that rate is reported.
+// Two maps of ThreeHosts: 5 / 15 from h0 at 1 MB/s and h1 at 3, whose
+// first round of its own took 1000 ms, then 15 / 5 from readings that
+// had them the other way round (wrong: see below), settled at 4000 with
+// its first round of its own taking `round_ms`.
+void SecondMapFromReadingsThatTurn(ThreeHosts* h, double round_ms) {
+  auto& [job, links, loop] = *h;
+  REQUIRE(links.Record("p0", Link("w2", "p0", 1e6), 500).ok());
+  REQUIRE(links.Record("w2", Link("p1", "w2", 3e6), 500).ok());
+  REQUIRE(loop.Tick(job, links, 1000).has_value());
+  job.plan_settled_ms = 1500;
+  job.plan_round_ms = 1000;
+  for (int64_t at : {2100, 3100}) {
+    REQUIRE(links.Record("p0", Link("w2", "p0", 3e6), at).ok());
+    REQUIRE(links.Record("w2", Link("p1", "w2", 1e6), at).ok());
+  }
+  CHECK(!loop.Tick(job, links, 2500));  // moved: a window of readings first
+  std::optional<v1::Policy> plan = loop.Tick(job, links, 3500);
+  REQUIRE(plan.has_value());
+  CHECK(plan->server_chunks(0) == 15);
+  job.plan_settled_ms = 4000;
+  job.plan_round_ms = round_ms;
+}
+
+// A map is checked against its own rounds: its first round after the
+// switch's, over the round Eq. 9 predicted from the readings it was made
+// from (with two psds, the slower host's model time). Far over what that
+// ratio was for the maps before it, the readings were wrong, and the
+// next map is made from the rounds of this one alone, without waiting a
+// period of them or for moves to settle.
+TEST_CASE("a map whose rounds run far over its prediction is replaced early", "[policy]") {
+  for (double round_ms : {1500.0, 2000.0}) {
+    ThreeHosts h("job-wrong", 20);
+    SecondMapFromReadingsThatTurn(&h, round_ms);
+    // Its rounds show h0 at 1 MB/s and h1 at 3 again.
+    REQUIRE(h.links.Record("p0", Link("w2", "p0", 1e6), 4100).ok());
+    REQUIRE(h.links.Record("w2", Link("p1", "w2", 3e6), 4100).ok());
+    std::optional<v1::Policy> plan = h.loop.Tick(h.job, h.links, 4250);
+    if (round_ms == 1500) {
+      // 1.5x the map before's: the usual wait for a period of its rounds.
+      CHECK(!plan.has_value());
+      CHECK(h.loop.last_decision().find("a decision needs one update period") != std::string::npos);
+    } else {
+      // 2x: made at once, from the 0.25 s of readings since it settled.
+      REQUIRE(plan.has_value());
+      CHECK(plan->version() == 4);
+      CHECK(plan->server_chunks(0) == 5);
+      CHECK(h.loop.last_decision().find(
+                "made without waiting: version 3's first round of its own ran 2x") !=
+            std::string::npos);
+    }
+  }
+}
+
+// Once per map: a slow first round whose readings call for no new map
+// leaves the usual waits in force after that look.
+TEST_CASE("a map's early decision is made once", "[policy]") {
+  ThreeHosts h("job-once", 20);
+  SecondMapFromReadingsThatTurn(&h, 3000);
+  auto& [job, links, loop] = h;
+  // Its readings moved by a little: h0 read 3.1 MB/s against the map's
+  // 3. The early look keeps it (under update_rate), and the next waits.
+  REQUIRE(links.Record("p0", Link("w2", "p0", 3.1e6), 4100).ok());
+  REQUIRE(links.Record("w2", Link("p1", "w2", 1e6), 4100).ok());
+  CHECK(!loop.Tick(job, links, 4250));
+  CHECK(loop.last_decision().find("within 0.1 of the plan's") != std::string::npos);
+  REQUIRE(links.Record("p0", Link("w2", "p0", 1e6), 4400).ok());
+  REQUIRE(links.Record("w2", Link("p1", "w2", 3e6), 4400).ok());
+  CHECK(!loop.Tick(job, links, 4500));
+  CHECK(loop.last_decision().find("a decision needs one update period") != std::string::npos);
+}
+
 TEST_CASE("a link counts by when it was probed, not when it was reported", "[policy]") {
   LinkTable t;
   v1::LinkReport aged = Link("a", "b", 1e6);

@@ -683,6 +683,10 @@ void Schedd::RunPolicy() {
     job.start = a->plan();
   }
   job.plan_settled_ms = PlanSettledMs();
+  {
+    const v1::Policy& p = policy_.current();
+    job.plan_round_ms = jobs_->PlanRoundMs(p.job_id(), p.recovery_epoch(), uint32_t(p.version()));
+  }
   std::optional<v1::Policy> plan = policy_.Tick(job, links_, now_ms);
   if (plan.has_value()) {
     jobs_->IssuePlan(*plan);
