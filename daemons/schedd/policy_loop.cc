@@ -283,7 +283,7 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
     moved_at_ms_.clear();
     back_at_ms_.clear();
     map_predicted_ = map_ratio_ = 0;
-    map_redecided_ = false;
+    map_wrong_ = map_redecided_ = false;
     ratios_.clear();
     work_seen_ = job.work;
     current_ = v1::Policy();
@@ -348,7 +348,8 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
   next_ms_ = now_ms + job.update_time_ms;
   if (!load) next.set_changed_fraction(0);
   if (load) {
-    if (map_ratio_ > 0) {
+    // A wrong map's ratio says what wrong readings cost, not a map.
+    if (map_ratio_ > 0 && !map_wrong_) {
       ratios_.push_back(map_ratio_);
       if (ratios_.size() > kRatiosMax) ratios_.pop_front();
     }
@@ -357,7 +358,7 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
                                    next.server_throughput_bytes_per_second().end());
     map_predicted_ = PredictedTransfer(counts, rate);
     map_ratio_ = 0;
-    map_redecided_ = false;
+    map_wrong_ = map_redecided_ = false;
   }
   next.set_version(current_.version() + 1);
   next.set_job_id(job.job_id);
@@ -766,11 +767,13 @@ bool PolicyLoop::WrongMap(const PolicyJob& job, std::string* note) {
   if (map_ratio_ <= 0 && job.plan_round_ms > 0 && map_predicted_ > 0) {
     map_ratio_ = job.plan_round_ms / map_predicted_;
   }
-  if (map_redecided_ || map_ratio_ <= 0 || ratios_.empty()) return false;
+  if (map_ratio_ <= 0 || ratios_.empty()) return false;
   std::vector<double> before(ratios_.begin(), ratios_.end());
-  std::nth_element(before.begin(), before.begin() + before.size() / 2, before.end());
-  const double median = before[before.size() / 2];
-  if (!(map_ratio_ > kWrongMapFactor * median)) return false;
+  std::sort(before.begin(), before.end());
+  const size_t n = before.size();
+  const double median = n % 2 == 1 ? before[n / 2] : (before[n / 2 - 1] + before[n / 2]) / 2;
+  map_wrong_ = map_ratio_ > kWrongMapFactor * median;
+  if (!map_wrong_ || map_redecided_) return false;
   *note = absl::StrCat("; made without waiting: version ", current_.version(),
                        "'s first round of its own ran ", map_ratio_ / median,
                        "x what its readings predicted, against the maps before it");

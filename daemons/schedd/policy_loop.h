@@ -252,8 +252,8 @@ class PolicyLoop {
   // A map checked against its own rounds: its first round of its own
   // (PolicyJob::plan_round_ms) over the round Eq. 9 predicted for it from
   // the readings it was made from. Where that ratio is over
-  // kWrongMapFactor times the median of the maps' before it (the newest
-  // kRatiosMax), the readings were wrong (a change they had not caught
+  // kWrongMapFactor times the median of the maps before it (the newest
+  // kRatiosMax not found wrong so), the readings were wrong (a change they had not caught
   // up with, an idle host's old rate), and its successor is decided once
   // without waiting for a period of readings or for moves to settle: its
   // rounds so far are of the map alone. The ratio, not the round: how
@@ -298,6 +298,9 @@ class PolicyLoop {
   // Keeps the map in force with `rate` as its basis (current_ and next),
   // and marks the tick's decision as one to record.
   void Rebase(const std::vector<double>& rate, v1::Policy* next);
+  // Whether the map in force ran over kWrongMapFactor and its early
+  // decision is still to come (measures it first; `note` says why).
+  bool WrongMap(const PolicyJob& job, std::string* note);
   // The batches' part: new worker_batches in next (false: keep).
   bool DecideBatches(const PolicyJob& job, v1::Policy* next, std::string* why);
   // Appends this tick's decision to decisions_.
@@ -327,14 +330,14 @@ class PolicyLoop {
   std::deque<v1::PolicyDecision> decisions_;
   // The map in force against its rounds (kWrongMapFactor): Eq. 9's round
   // for it from the readings it was made from (0: not a map of this
-  // loop), its first round's ratio to that (0: not measured yet), whether
-  // its early decision was made, and the ratios of the maps before it.
+  // loop), its first round's ratio to that (0: not measured yet),
+  // whether it was wrong, whether its early decision was made, and the
+  // ratios of the maps before it not found wrong.
   double map_predicted_ = 0;
   double map_ratio_ = 0;
+  bool map_wrong_ = false;  // its ratio over kWrongMapFactor: not a norm
   bool map_redecided_ = false;
   std::deque<double> ratios_;
-  // Whether the map in force ran over kWrongMapFactor (measures it first).
-  bool WrongMap(const PolicyJob& job, std::string* note);
 };
 
 }  // namespace hetps

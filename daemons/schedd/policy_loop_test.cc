@@ -462,6 +462,27 @@ TEST_CASE("a map whose rounds run far over its prediction is replaced early", "[
   }
 }
 
+// A wrong map's ratio is no norm: the next map is compared with the maps
+// before that were not found wrong. Counted in, it would have made the
+// norm 1.5x the right map's, and 1.9x that would have passed.
+TEST_CASE("a map found wrong does not set what the next is compared with", "[policy]") {
+  ThreeHosts h("job-norm", 20);
+  SecondMapFromReadingsThatTurn(&h, 2000);
+  auto& [job, links, loop] = h;
+  REQUIRE(links.Record("p0", Link("w2", "p0", 1e6), 4100).ok());
+  REQUIRE(links.Record("w2", Link("p1", "w2", 3e6), 4100).ok());
+  REQUIRE(loop.Tick(job, links, 4250).has_value());  // version 4, early
+  job.plan_settled_ms = 5000;
+  job.plan_round_ms = 1900;
+  REQUIRE(links.Record("p0", Link("w2", "p0", 3e6), 5100).ok());
+  REQUIRE(links.Record("w2", Link("p1", "w2", 1e6), 5100).ok());
+  std::optional<v1::Policy> plan = loop.Tick(job, links, 5250);
+  REQUIRE(plan.has_value());
+  CHECK(plan->version() == 5);
+  CHECK(loop.last_decision().find("version 4's first round of its own ran 1.9x") !=
+        std::string::npos);
+}
+
 // Once per map: a slow first round whose readings call for no new map
 // leaves the usual waits in force after that look.
 TEST_CASE("a map's early decision is made once", "[policy]") {
