@@ -405,24 +405,25 @@ TEST_CASE("a map's successor is made only from readings taken after it settled",
   CHECK(plan->server_chunks(1) == 5);
 }
 
-// A link's estimate is the largest of its recent probes: a report may
-// carry a rate probed well before it (sample_age_ms), which counts by
-// when it was probed. A host that dropped shows it once its last probe
-// of the old rate is a period old, however often that rate is reported.
+// ThreeHosts' readings at `at`: h0 at `h0` B/s (w2 -> p0), h1 at `h1`
+// (p1 -> w2).
+void ReadHosts(LinkTable* links, double h0, double h1, int64_t at) {
+  REQUIRE(links->Record("p0", Link("w2", "p0", h0), at).ok());
+  REQUIRE(links->Record("w2", Link("p1", "w2", h1), at).ok());
+}
+
 // Two maps of ThreeHosts: 5 / 15 from h0 at 1 MB/s and h1 at 3, whose
 // first round of its own took 1000 ms, then 15 / 5 from readings that
 // had them the other way round (wrong: see below), settled at 4000 with
 // its first round of its own taking `round_ms`.
 void SecondMapFromReadingsThatTurn(ThreeHosts* h, double round_ms) {
   auto& [job, links, loop] = *h;
-  REQUIRE(links.Record("p0", Link("w2", "p0", 1e6), 500).ok());
-  REQUIRE(links.Record("w2", Link("p1", "w2", 3e6), 500).ok());
+  ReadHosts(&links, 1e6, 3e6, 500);
   REQUIRE(loop.Tick(job, links, 1000).has_value());
   job.plan_settled_ms = 1500;
   job.plan_round_ms = 1000;
   for (int64_t at : {2100, 3100}) {
-    REQUIRE(links.Record("p0", Link("w2", "p0", 3e6), at).ok());
-    REQUIRE(links.Record("w2", Link("p1", "w2", 1e6), at).ok());
+    ReadHosts(&links, 3e6, 1e6, at);
   }
   CHECK(!loop.Tick(job, links, 2500));  // moved: a window of readings first
   std::optional<v1::Policy> plan = loop.Tick(job, links, 3500);
@@ -443,8 +444,7 @@ TEST_CASE("a map whose rounds run far over its prediction is replaced early", "[
     ThreeHosts h("job-wrong", 20);
     SecondMapFromReadingsThatTurn(&h, round_ms);
     // Its rounds show h0 at 1 MB/s and h1 at 3 again.
-    REQUIRE(h.links.Record("p0", Link("w2", "p0", 1e6), 4100).ok());
-    REQUIRE(h.links.Record("w2", Link("p1", "w2", 3e6), 4100).ok());
+    ReadHosts(&h.links, 1e6, 3e6, 4100);
     std::optional<v1::Policy> plan = h.loop.Tick(h.job, h.links, 4250);
     if (round_ms == 1500) {
       // 1.5x the map before's: the usual wait for a period of its rounds.
@@ -469,13 +469,11 @@ TEST_CASE("a map found wrong does not set what the next is compared with", "[pol
   ThreeHosts h("job-norm", 20);
   SecondMapFromReadingsThatTurn(&h, 2000);
   auto& [job, links, loop] = h;
-  REQUIRE(links.Record("p0", Link("w2", "p0", 1e6), 4100).ok());
-  REQUIRE(links.Record("w2", Link("p1", "w2", 3e6), 4100).ok());
+  ReadHosts(&links, 1e6, 3e6, 4100);
   REQUIRE(loop.Tick(job, links, 4250).has_value());  // version 4, early
   job.plan_settled_ms = 5000;
   job.plan_round_ms = 1900;
-  REQUIRE(links.Record("p0", Link("w2", "p0", 3e6), 5100).ok());
-  REQUIRE(links.Record("w2", Link("p1", "w2", 1e6), 5100).ok());
+  ReadHosts(&links, 3e6, 1e6, 5100);
   std::optional<v1::Policy> plan = loop.Tick(job, links, 5250);
   REQUIRE(plan.has_value());
   CHECK(plan->version() == 5);
@@ -491,16 +489,18 @@ TEST_CASE("a map's early decision is made once", "[policy]") {
   auto& [job, links, loop] = h;
   // Its readings moved by a little: h0 read 3.1 MB/s against the map's
   // 3. The early look keeps it (under update_rate), and the next waits.
-  REQUIRE(links.Record("p0", Link("w2", "p0", 3.1e6), 4100).ok());
-  REQUIRE(links.Record("w2", Link("p1", "w2", 1e6), 4100).ok());
+  ReadHosts(&links, 3.1e6, 1e6, 4100);
   CHECK(!loop.Tick(job, links, 4250));
   CHECK(loop.last_decision().find("within 0.1 of the plan's") != std::string::npos);
-  REQUIRE(links.Record("p0", Link("w2", "p0", 1e6), 4400).ok());
-  REQUIRE(links.Record("w2", Link("p1", "w2", 3e6), 4400).ok());
+  ReadHosts(&links, 1e6, 3e6, 4400);
   CHECK(!loop.Tick(job, links, 4500));
   CHECK(loop.last_decision().find("a decision needs one update period") != std::string::npos);
 }
 
+// A link's estimate is the largest of its recent probes: a report may
+// carry a rate probed well before it (sample_age_ms), which counts by
+// when it was probed. A host that dropped shows it once its last probe
+// of the old rate is a period old, however often that rate is reported.
 TEST_CASE("a link counts by when it was probed, not when it was reported", "[policy]") {
   LinkTable t;
   v1::LinkReport aged = Link("a", "b", 1e6);
