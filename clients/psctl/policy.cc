@@ -88,6 +88,13 @@ int LinksCommand(const Connection& c, std::ostream& out, std::ostream& err) {
       w.Key("age_ms").Int(resp.now_unix_ms() - l.measured_unix_ms());
       w.Key("probed_ms_ago")
           .Int(resp.now_unix_ms() - l.measured_unix_ms() + int64_t(l.sample_age_ms()));
+      w.Key("probes").BeginArray();
+      for (const v1::LinkProbe& p : l.probes()) {
+        w.BeginObject().Key("bytes_per_second").Double(p.bytes_per_second());
+        w.Key("probed_ms_ago").Int(resp.now_unix_ms() - l.measured_unix_ms() + int64_t(p.age_ms()));
+        w.EndObject();
+      }
+      w.EndArray();
       w.EndObject();
     }
     w.EndArray().EndObject();

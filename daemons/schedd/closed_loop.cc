@@ -186,12 +186,15 @@ class Cluster {
     m.samples.emplace_back(end, rate);
     m.bytes += uint64_t(f.bytes);
     while (m.samples.size() > 4) m.samples.pop_front();
+    v1::LinkReport l;
     double best = 0, best_end = end;
     for (const auto& [e, r] : m.samples) {
       if (e < end - job_.window_ms() / 1000.0) continue;
       if (r > best) best = r, best_end = e;
+      v1::LinkProbe* p = l.add_probes();
+      p->set_bytes_per_second(r);
+      p->set_age_ms(uint64_t(std::llround((end - e) * 1000)));
     }
-    v1::LinkReport l;
     l.set_from_node_id(f.from);
     l.set_to_node_id(f.to);
     l.set_throughput_bytes_per_second(best);

@@ -29,6 +29,18 @@ absl::Status LinkTable::Record(const std::string& reporter, const v1::LinkReport
     return absl::InvalidArgumentError(
         absl::StrCat("link ", link.from_node_id(), " -> ", reporter, ": a value out of range"));
   }
+  if (link.probes_size() > kProbesMax) {
+    return absl::InvalidArgumentError(absl::StrCat("link ", link.from_node_id(), " -> ", reporter,
+                                                   ": ", link.probes_size(), " probes; at most ",
+                                                   kProbesMax));
+  }
+  for (const v1::LinkProbe& p : link.probes()) {
+    if (!std::isfinite(p.bytes_per_second()) || p.bytes_per_second() <= 0 ||
+        p.bytes_per_second() > 1e13 || p.age_ms() > uint64_t(kSampleAgeMaxMs)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("link ", link.from_node_id(), " -> ", reporter, ": a probe out of range"));
+    }
+  }
   const auto key = std::make_pair(link.from_node_id(), reporter);
   if (links_.size() >= kLinksMax && links_.find(key) == links_.end()) {
     auto oldest = std::min_element(links_.begin(), links_.end(), [](const auto& a, const auto& b) {
@@ -40,6 +52,20 @@ absl::Status LinkTable::Record(const std::string& reporter, const v1::LinkReport
   l = link;
   l.set_measured_unix_ms(now_ms);
   return absl::OkStatus();
+}
+
+double FastestSince(const v1::LinkReport& link, int64_t from_ms) {
+  auto since = [&](uint64_t age_ms) {
+    return link.measured_unix_ms() - int64_t(age_ms) >= from_ms;
+  };
+  if (link.probes_size() == 0) {
+    return since(link.sample_age_ms()) ? link.throughput_bytes_per_second() : 0;
+  }
+  double fastest = 0;
+  for (const v1::LinkProbe& p : link.probes()) {
+    if (since(p.age_ms())) fastest = std::max(fastest, p.bytes_per_second());
+  }
+  return fastest;
 }
 
 absl::Status LinkTable::RecordTraffic(const std::string& reporter, const v1::NodeTraffic& t,
@@ -475,7 +501,8 @@ absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTa
   // Both over the job's measurement window, by when the bytes were
   // received: a link's estimate is the largest of its recent probes, so
   // a report may carry a rate probed a while before it, and a rate of
-  // before a drop must not outlive the window it was measured in.
+  // before a drop must not outlive the window it was measured in; the
+  // probes in the window count at their own rates (FastestSince).
   // A host that aggregates nothing under the map in force is read over
   // kIdlePeriods update periods instead: only its worker's flows cross
   // its link, fed at what the psds with chunks can send it, so what it
@@ -497,9 +524,8 @@ absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTa
     const std::string from = job.HostOf(l.from_node_id()), to = job.HostOf(l.to_node_id());
     // A link within a host never crosses its access link.
     if (from == to) continue;
-    const int64_t probed_ms = l.measured_unix_ms() - int64_t(l.sample_age_ms());
     for (const std::string* h : {&from, &to}) {
-      if (probed_ms >= fresh(*h)) best[*h] = std::max(best[*h], l.throughput_bytes_per_second());
+      best[*h] = std::max(best[*h], FastestSince(l, fresh(*h)));
     }
   }
   std::vector<double> rate(servers, 0.0);
@@ -549,11 +575,12 @@ std::vector<size_t> LiftFedHosts(const PolicyJob& job, const std::vector<int64_t
   std::map<std::pair<std::string, std::string>, double> push;  // (psd, host)
   for (const v1::LinkReport& l : links.All()) {
     if (psds.count(l.to_node_id()) == 0 || workers.count(l.from_node_id()) == 0) continue;
-    if (l.measured_unix_ms() - int64_t(l.sample_age_ms()) < from_ms) continue;
+    const double rate = FastestSince(l, from_ms);
+    if (rate <= 0) continue;
     const std::string from = job.HostOf(l.from_node_id());
     if (from == job.HostOf(l.to_node_id())) continue;
     double& f = push[{l.to_node_id(), from}];
-    f = std::max(f, l.throughput_bytes_per_second());
+    f = std::max(f, rate);
   }
   for (size_t s = 0; s < servers; ++s) {
     const std::string h = job.HostOf(job.servers[s]);

@@ -37,6 +37,8 @@ class LinkTable {
   // A report whose probe ended longer ago than this (the longest update
   // period) is refused.
   static constexpr int64_t kSampleAgeMaxMs = 86'400'000;
+  // A report carries at most this many probes (LinkMeter::kProbesReported).
+  static constexpr int kProbesMax = 8;
 
   // Checks and records one report made by `reporter` (a link into it:
   // to_node_id must be the reporter). InvalidArgument says why not.
@@ -72,6 +74,13 @@ class LinkTable {
   // By node: bytes by bin start (unix ms, a multiple of kTrafficBinMs).
   std::map<std::string, std::map<int64_t, double>> traffic_;
 };
+
+// The fastest probe of `link` (as LinkTable holds it) that ended at or
+// after from_ms: of the probes its report carried, or, from a node that
+// sends none, its estimate. A link's estimate is its largest recent
+// probe and may be older than from_ms while newer, slower probes are not;
+// those still say what the link carried then. 0: none since. O(probes).
+double FastestSince(const v1::LinkReport& link, int64_t from_ms);
 
 // Chunk counts per server in proportion to `shares` (each >= 0, sum > 0),
 // summing to `chunks`: floors, then the largest remainders (ties: lower

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <optional>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 namespace hetps {
 namespace {
@@ -527,6 +529,51 @@ TEST_CASE("a link counts by when it was probed, not when it was reported", "[pol
   CHECK(r.status().message().find("in the last 1 s") != std::string::npos);
 }
 
+v1::LinkReport Probed(v1::LinkReport l, const std::vector<std::pair<double, uint64_t>>& probes) {
+  for (const auto& [Bps, age_ms] : probes) {
+    v1::LinkProbe* p = l.add_probes();
+    p->set_bytes_per_second(Bps);
+    p->set_age_ms(age_ms);
+  }
+  return l;
+}
+
+// A link's estimate is its largest recent probe, which may be older than
+// the window schedd reads while the link carried flows since: its newer
+// probes, slower, still say what it carried in the window.
+TEST_CASE("a link counts at its fastest probe within the window, not only its largest",
+          "[policy]") {
+  LinkTable t;
+  // The estimate (9e6) was probed at 2900, a slower probe at 4000.
+  v1::LinkReport l = Link("p1", "w0", 9e6);
+  l.set_sample_age_ms(1200);
+  REQUIRE(t.Record("w0", Probed(l, {{9e6, 1200}, {3e6, 100}}), 4100).ok());
+  const v1::LinkReport* held = t.Find("p1", "w0");
+  REQUIRE(held != nullptr);
+  CHECK(FastestSince(*held, 2900) == 9e6);
+  CHECK(FastestSince(*held, 2901) == 3e6);
+  CHECK(FastestSince(*held, 4001) == 0);
+  PolicyJob job = TwoHostJob("job-probes", 20);
+  absl::StatusOr<std::vector<double>> r = HostRates(job, t, 4100);  // [3100, 4100]
+  REQUIRE(r.ok());
+  CHECK(*r == std::vector<double>{3e6, 3e6});
+  // A node that sends no probes: its estimate alone, out of the window.
+  REQUIRE(t.Record("w0", l, 4100).ok());
+  CHECK(FastestSince(*t.Find("p1", "w0"), 2901) == 0);
+  CHECK(HostRates(job, t, 4100).status().code() == absl::StatusCode::kUnavailable);
+
+  // Probes are checked: at most kProbesMax, each a rate and an age.
+  std::vector<std::pair<double, uint64_t>> nine(LinkTable::kProbesMax + 1, {1e6, 10});
+  CHECK(!t.Record("w0", Probed(Link("p1", "w0", 1e6), nine), 5000).ok());
+  CHECK(!t.Record("w0", Probed(Link("p1", "w0", 1e6), {{std::nan(""), 10}}), 5000).ok());
+  CHECK(!t.Record("w0", Probed(Link("p1", "w0", 1e6), {{0, 10}}), 5000).ok());
+  CHECK(!t.Record("w0",
+                  Probed(Link("p1", "w0", 1e6), {{1e6, uint64_t(LinkTable::kSampleAgeMaxMs) + 1}}),
+                  5000)
+             .ok());
+  CHECK(t.Find("p1", "w0")->measured_unix_ms() == 4100);  // none of them was taken
+}
+
 // A host that aggregates nothing is fed only at what the psds with chunks
 // send its worker: its readings are lower bounds that swing with who
 // feeds it, so the best of kIdlePeriods counts; a host with chunks is
@@ -619,6 +666,17 @@ TEST_CASE("an idle host whose pushes went as fast as others' is taken as the fas
   CHECK(LiftFedHosts(job, chunks, t, 1001, &rate).empty());
   CHECK(LiftFedHosts(job, {1, 1, 1, 1}, t, 500, &rate).empty());
   CHECK(LiftFedHosts(job, {1, 1}, t, 500, &rate).empty());
+  // A push whose largest probe came before from_ms counts at its newer
+  // ones: into p0 at 2 since 500 (its 9 at 400), with p1's 4.8 it comes
+  // to 0.62 of the others, so w2's own link held it.
+  v1::LinkReport into_p0 = Link("w2", "p0", 9);
+  into_p0.set_sample_age_ms(600);
+  REQUIRE(t.Record("p0", Probed(into_p0, {{9, 600}, {2, 100}}), 1000).ok());
+  rate = {40, 30, 12, 10};
+  CHECK(LiftFedHosts(job, chunks, t, 500, &rate).empty());
+  // Without its probes (an older node), only p1's push said anything.
+  REQUIRE(t.Record("p0", into_p0, 1000).ok());
+  CHECK(LiftFedHosts(job, chunks, t, 500, &rate) == std::vector<size_t>{2});
 }
 
 // A psd paces its broadcast so that its flows end together: it sends

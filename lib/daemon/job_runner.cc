@@ -101,6 +101,11 @@ void JobRunner::TakeLinkReports(const std::string& self, v1::ReportLinksRequest*
     l.set_bytes_observed(s.bytes);
     l.set_flow_bytes(s.flow_bytes);
     l.set_sample_age_ms(s.age_us / 1000);
+    for (const LinkSample::Probe& p : s.probes) {
+      v1::LinkProbe* probe = l.add_probes();
+      probe->set_bytes_per_second(p.bytes_per_s);
+      probe->set_age_ms(p.age_us / 1000);
+    }
     for (const transport::PeerEstimate& p : peers) {
       if (p.peer == s.from && p.rtprop_us > 0) l.set_rtt_ms(p.rtprop_us / 1e3);
     }

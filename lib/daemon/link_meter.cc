@@ -236,8 +236,7 @@ std::vector<LinkSample> LinkMeter::TakeChanged() {
     l.reported = l.now.bytes_per_s;
     l.reported_samples = l.now.samples;
     l.reported_us = now_us;
-    out.push_back(l.now);
-    out.back().age_us = now_us > l.now.sampled_us ? now_us - l.now.sampled_us : 0;
+    out.push_back(Reported(l, now_us));
   }
   return out;
 }
@@ -249,10 +248,20 @@ std::vector<LinkSample> LinkMeter::All() {
   std::vector<LinkSample> out;
   for (const auto& [peer, l] : links_) {
     if (l.now.samples == 0) continue;
-    out.push_back(l.now);
-    out.back().age_us = now_us > l.now.sampled_us ? now_us - l.now.sampled_us : 0;
+    out.push_back(Reported(l, now_us));
   }
   return out;
+}
+
+LinkSample LinkMeter::Reported(const Link& l, uint64_t now_us) {
+  auto age = [&](uint64_t end_us) { return now_us > end_us ? now_us - end_us : 0; };
+  LinkSample s = l.now;
+  s.age_us = age(l.now.sampled_us);
+  const size_t skip = l.recent.size() > kProbesReported ? l.recent.size() - kProbesReported : 0;
+  for (size_t k = skip; k < l.recent.size(); ++k) {
+    s.probes.push_back({l.recent[k].rate, age(l.recent[k].last_us)});
+  }
+  return s;
 }
 
 bool LinkMeter::TakeTraffic(uint64_t bins, NodeTraffic* out) {

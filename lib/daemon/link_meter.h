@@ -76,6 +76,16 @@ struct LinkSample {
   // and how long before TakeChanged or All returned it that was.
   uint64_t sampled_us = 0;
   uint64_t age_us = 0;
+  // The samples the estimate is the largest of, oldest first (the newest
+  // LinkMeter::kProbesReported): each one's rate and how long before
+  // TakeChanged or All returned it it ended. schedd reads a link at its
+  // fastest probe since the moment it reads from: the largest may be
+  // older than that while newer ones are not.
+  struct Probe {
+    double bytes_per_s = 0;
+    uint64_t age_us = 0;
+  };
+  std::vector<Probe> probes;
 };
 
 // Bytes received per bin, on calendar time.
@@ -94,6 +104,8 @@ class LinkMeter final : public transport::FlowObserver {
   // are whole in some report.
   static constexpr uint64_t kTrafficBins = 200;
   static constexpr uint64_t kRefreshUs = 1'000'000;
+  // A report carries at most this many of a link's samples (the newest).
+  static constexpr size_t kProbesReported = 8;
   // A flow continues its link's span when it began before the span's last
   // arrival, or, in the same round as the span's first flow, within a gap
   // of it: up to the span's longest flow (its first to last arrival) or
@@ -163,6 +175,8 @@ class LinkMeter final : public transport::FlowObserver {
     uint64_t reported_samples = 0, reported_us = 0;  // when it was
   };
   static uint64_t SpanGapUs(const Link::Span& sp, double per_packet);
+  // l.now with its age and probes as of now_us.
+  static LinkSample Reported(const Link& l, uint64_t now_us);
   // The span over: its sample (if of probe_bytes) joins the estimate.
   void CloseSpan(Link* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes the spans no flow can continue any more at now_us.

@@ -163,6 +163,50 @@ TEST_CASE("a link's estimate forgets samples older than the window", "[links]") 
   CHECK(m.All()[0].bytes_per_s == Approx(fast / 2));
 }
 
+// schedd reads a link at its fastest probe since the moment it reads
+// from: a report carries the samples the estimate is the largest of, so
+// that a link whose fast probe is older than that still counts at its
+// newer ones.
+TEST_CASE("a report carries the link's recent probes with their ages", "[links]") {
+  FakeClock clock(absl::FromUnixMillis(1'700'000'000'000));
+  LinkMeter m({/*probe_bytes=*/100'000, /*probe_num=*/4, /*report_rate=*/0.1,
+               /*window_us=*/2'000'000},
+              &clock);
+  clock.Advance(absl::Seconds(1000));
+  const uint64_t now_us = clock.MonotonicMicros();
+  const transport::Peer a{1, 1};
+  const double fast = 10 * (100'000 + kPacketOverheadBytes) / 0.08;
+  uint64_t at = 1'000'000;
+  for (int i = 0; i < 4; ++i, at += 1'000'000) m.OnFlow(a, Flow(1'100'000, 11, at, at + 80'000));
+  m.OnFlow(a, Flow(1'100'000, 11, at, at + 320'000));  // 5.32 s: a quarter as fast
+  const std::vector<LinkSample> changed = m.TakeChanged();
+  REQUIRE(changed.size() == 1);
+  const LinkSample& s = changed[0];
+  CHECK(s.bytes_per_s == Approx(fast));
+  CHECK(s.age_us == now_us - 4'080'000);
+  // The samples within the window of the newest (ended 3.32 s or later),
+  // oldest first.
+  REQUIRE(s.probes.size() == 2);
+  CHECK(s.probes[0].bytes_per_s == Approx(fast));
+  CHECK(s.probes[0].age_us == now_us - 4'080'000);
+  CHECK(s.probes[1].bytes_per_s == Approx(fast / 4));
+  CHECK(s.probes[1].age_us == now_us - 5'320'000);
+
+  // At most kProbesReported, the newest.
+  LinkMeter many({/*probe_bytes=*/100'000, /*probe_num=*/12, /*report_rate=*/0.1,
+                  /*window_us=*/60'000'000},
+                 &clock);
+  at = 1'000'000;
+  for (int i = 0; i < 12; ++i, at += 1'000'000) {
+    many.OnFlow(a, Flow(1'100'000, 11, at, at + 80'000 + 10'000 * i));
+  }
+  const LinkSample all = Only(many);
+  REQUIRE(all.probes.size() == LinkMeter::kProbesReported);
+  CHECK(all.probes.back().age_us == now_us - 12'190'000);
+  CHECK(all.probes.front().age_us == now_us - 5'120'000);
+  CHECK(all.bytes_per_s == Approx(fast));  // the estimate still takes all 12
+}
+
 // A train of 64 KiB segments paced at twice a 10 Mbit/s link through a
 // 32 KiB bucket: the first segment after a pause passes at the sender's
 // pace, second half too (a bucket x pace / (pace - link) = 64 KiB), and
