@@ -729,19 +729,21 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   // only ever measured as fast as its slower peers let it move (its
   // estimate follows the plan), so its throughput swings without any
   // map doing better than the one in force. Only a predicted round
-  // shorter by more than update_rate moves chunks, by MapCost: where one
-  // host sets every map's round, it tells apart a map that loads another
-  // host up to near that bound from one that leaves it room, and a fast
-  // host's swinging readings barely move it.
+  // shorter by more than kMapGain x update_rate moves chunks, by MapCost:
+  // where one host sets every map's round, it tells apart a map that
+  // loads another host up to near that bound from one that leaves it
+  // room, and a fast host's swinging readings barely move it.
   if ((job.load_policy == "adlb" || job.load_policy == "adlb-alg1") &&
       current_.server_chunks_size() == int(servers)) {
     const double was = MapCost(in_force, *rate);
     const double will = MapCost(counts, *rate);
-    if (!(will * (1 + job.update_rate) < was)) {
+    const double gain = was > 0 ? 1 - will / was : 0;
+    if (!(gain > kMapGain * job.update_rate)) {
       Rebase(*rate, next);
-      *why = absl::StrCat("kept version ", current_.version(),
-                          ": a new map would shorten the predicted transfer by ",
-                          was > 0 ? 1 - will / was : 0, ", not over update_rate", early);
+      *why =
+          absl::StrCat("kept version ", current_.version(),
+                       ": a new map would shorten the predicted transfer by ", gain, ", not over ",
+                       kMapGain * job.update_rate, " (", kMapGain, " x update_rate)", early);
       return false;
     }
   }

@@ -270,6 +270,14 @@ class PolicyLoop {
   // same job's maps say what a right one costs. Once per map, so that a
   // round that was slow by chance costs at most one early look.
   static constexpr double kWrongMapFactor = 1.75;
+
+  // A new map is issued when MapCost predicts its round shorter than the
+  // map in force's by more than this fraction of update_rate, not all of
+  // it: both costs come from the same readings, so an error the readings
+  // share cancels in their ratio, while a map that keeps a host near the
+  // slowest one loaded shows a gain below update_rate at decision after
+  // decision and stays for good, that much slower (docs/awareness.md).
+  static constexpr double kMapGain = 0.6;
   static constexpr size_t kRatiosMax = 8;
 
   // A new plan to issue (version > 1), or none: not due yet, the map in

@@ -186,6 +186,41 @@ TEST_CASE("the policy loop issues a plan when the links say so, and not for nois
   CHECK(loop.current().worker_batches(0).resume_samples() == 0);
 }
 
+// Both maps' costs come from the same readings: a predicted gain of
+// kMapGain x update_rate moves chunks, one under it does not.
+TEST_CASE("a new map is issued when it is predicted kMapGain x update_rate faster", "[policy]") {
+  PolicyJob job = FourHostAdlbJob();
+  LinkTable links;
+  PolicyLoop loop;
+  CHECK(!loop.Tick(job, links, 0));
+  const double rate[] = {100e6 / 8, 50e6 / 8, 25e6 / 8, 10e6 / 8};
+  MeasureFourHosts(&links, rate, 1500);
+  std::optional<v1::Policy> plan = loop.Tick(job, links, 2000);
+  REQUIRE(plan.has_value());
+  REQUIRE(std::vector<int64_t>(plan->server_chunks().begin(), plan->server_chunks().end()) ==
+          std::vector<int64_t>{31, 7, 1, 1});
+  job.plan_settled_ms = 2000;
+  // Host 0 drops to 35%, host 2 rises by half: ADLB's map for these
+  // readings is predicted 3.7% shorter. Kept.
+  const double small[] = {rate[0] * 0.35, rate[1], rate[2] * 1.5, rate[3]};
+  MeasureFourHosts(&links, small, 3500);
+  CHECK(!loop.Tick(job, links, 4000));  // moved: a window of readings first
+  MeasureFourHosts(&links, small, 4500);
+  CHECK(!loop.Tick(job, links, 5000));
+  CHECK(loop.last_decision().find("shorten the predicted transfer by 0.037") != std::string::npos);
+  CHECK(loop.last_decision().find("not over 0.06 (0.6 x update_rate)") != std::string::npos);
+  // Host 0 at 30%: 7.0% shorter, over 0.06 (and under update_rate).
+  const double more[] = {rate[0] * 0.3, rate[1], rate[2] * 1.5, rate[3]};
+  MeasureFourHosts(&links, more, 5500);
+  CHECK(!loop.Tick(job, links, 6000));
+  MeasureFourHosts(&links, more, 6500);
+  plan = loop.Tick(job, links, 7000);
+  REQUIRE(plan.has_value());
+  CHECK(plan->version() == 3);
+  CHECK(std::vector<int64_t>(plan->server_chunks().begin(), plan->server_chunks().end()) ==
+        std::vector<int64_t>{5, 22, 12, 1});
+}
+
 // A map kept at a look between periods, with that look's readings made
 // its basis, is recorded: the ticks after it compare with that basis
 // ("within update_rate of the plan's"), and psctl policy show must show
