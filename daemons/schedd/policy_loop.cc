@@ -58,10 +58,9 @@ double FastestSince(const v1::LinkReport& link, int64_t from_ms) {
   auto since = [&](uint64_t age_ms) {
     return link.measured_unix_ms() - int64_t(age_ms) >= from_ms;
   };
-  if (link.probes_size() == 0) {
-    return since(link.sample_age_ms()) ? link.throughput_bytes_per_second() : 0;
-  }
-  double fastest = 0;
+  // The estimate is one of its probes (of the newest kProbesMax, or older
+  // where a node keeps more).
+  double fastest = since(link.sample_age_ms()) ? link.throughput_bytes_per_second() : 0;
   for (const v1::LinkProbe& p : link.probes()) {
     if (since(p.age_ms())) fastest = std::max(fastest, p.bytes_per_second());
   }

@@ -76,8 +76,8 @@ class LinkTable {
 };
 
 // The fastest probe of `link` (as LinkTable holds it) that ended at or
-// after from_ms: of the probes its report carried, or, from a node that
-// sends none, its estimate. A link's estimate is its largest recent
+// after from_ms: of its estimate and the probes its report carried (none
+// from an older node). A link's estimate is its largest recent
 // probe and may be older than from_ms while newer, slower probes are not;
 // those still say what the link carried then. 0: none since. O(probes).
 double FastestSince(const v1::LinkReport& link, int64_t from_ms);
@@ -270,6 +270,7 @@ class PolicyLoop {
   // same job's maps say what a right one costs. Once per map, so that a
   // round that was slow by chance costs at most one early look.
   static constexpr double kWrongMapFactor = 1.75;
+  static constexpr size_t kRatiosMax = 8;
 
   // A new map is issued when MapCost predicts its round shorter than the
   // map in force's by more than this fraction of update_rate, not all of
@@ -278,7 +279,6 @@ class PolicyLoop {
   // slowest one loaded shows a gain below update_rate at decision after
   // decision and stays for good, that much slower (docs/awareness.md).
   static constexpr double kMapGain = 0.6;
-  static constexpr size_t kRatiosMax = 8;
 
   // A new plan to issue (version > 1), or none: not due yet, the map in
   // force not measured for a whole period since it settled (below),

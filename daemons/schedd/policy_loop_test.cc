@@ -592,6 +592,11 @@ TEST_CASE("a link counts at its fastest probe within the window, not only its la
   absl::StatusOr<std::vector<double>> r = HostRates(job, t, 4100);  // [3100, 4100]
   REQUIRE(r.ok());
   CHECK(*r == std::vector<double>{3e6, 3e6});
+  // A node that keeps more probes than it sends: its estimate is one too.
+  v1::LinkReport kept = Link("p1", "w0", 7e6);  // probed at 3900, not among those sent
+  kept.set_sample_age_ms(200);
+  REQUIRE(t.Record("w0", Probed(kept, {{3e6, 100}}), 4100).ok());
+  CHECK(FastestSince(*t.Find("p1", "w0"), 3100) == 7e6);
   // A node that sends no probes: its estimate alone, out of the window.
   REQUIRE(t.Record("w0", l, 4100).ok());
   CHECK(FastestSince(*t.Find("p1", "w0"), 2901) == 0);
