@@ -22,10 +22,15 @@ absl::Status LinkTable::Record(const std::string& reporter, const v1::LinkReport
       link.from_node_id() == reporter) {
     return absl::InvalidArgumentError("link: from_node_id empty, too long, or the reporter");
   }
-  const double rate = link.throughput_bytes_per_second();
-  if (!std::isfinite(rate) || rate <= 0 || rate > 1e13 || !std::isfinite(link.rtt_ms()) ||
-      link.rtt_ms() < 0 || !std::isfinite(link.loss_fraction()) || link.loss_fraction() < 0 ||
-      link.loss_fraction() > 1 || link.sample_age_ms() > uint64_t(kSampleAgeMaxMs)) {
+  // A probe (the estimate is one): a rate some link can carry, probed
+  // within the longest update period.
+  auto probe_ok = [](double bytes_per_s, uint64_t age_ms) {
+    return std::isfinite(bytes_per_s) && bytes_per_s > 0 && bytes_per_s <= 1e13 &&
+           age_ms <= uint64_t(kSampleAgeMaxMs);
+  };
+  if (!probe_ok(link.throughput_bytes_per_second(), link.sample_age_ms()) ||
+      !std::isfinite(link.rtt_ms()) || link.rtt_ms() < 0 || !std::isfinite(link.loss_fraction()) ||
+      link.loss_fraction() < 0 || link.loss_fraction() > 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("link ", link.from_node_id(), " -> ", reporter, ": a value out of range"));
   }
@@ -35,8 +40,7 @@ absl::Status LinkTable::Record(const std::string& reporter, const v1::LinkReport
                                                    kProbesMax));
   }
   for (const v1::LinkProbe& p : link.probes()) {
-    if (!std::isfinite(p.bytes_per_second()) || p.bytes_per_second() <= 0 ||
-        p.bytes_per_second() > 1e13 || p.age_ms() > uint64_t(kSampleAgeMaxMs)) {
+    if (!probe_ok(p.bytes_per_second(), p.age_ms())) {
       return absl::InvalidArgumentError(
           absl::StrCat("link ", link.from_node_id(), " -> ", reporter, ": a probe out of range"));
     }
