@@ -311,6 +311,7 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
     began_ms_ = now_ms;
     moved_at_ms_.clear();
     back_at_ms_.clear();
+    fed_since_ms_.clear();
     map_predicted_ = map_ratio_ = 0;
     map_wrong_ = map_redecided_ = false;
     ratios_.clear();
@@ -553,7 +554,7 @@ absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTa
 
 std::vector<size_t> LiftFedHosts(const PolicyJob& job, const std::vector<int64_t>& chunks,
                                  const LinkTable& links, int64_t from_ms, std::vector<double>* rate,
-                                 std::vector<size_t>* own) {
+                                 std::vector<size_t>* own, std::vector<size_t>* unmeasured) {
   const size_t servers = job.servers.size();
   std::vector<size_t> lifted;
   if (chunks.size() != servers || rate->size() != servers) return lifted;
@@ -587,7 +588,11 @@ std::vector<size_t> LiftFedHosts(const PolicyJob& job, const std::vector<int64_t
   }
   for (size_t s = 0; s < servers; ++s) {
     const std::string h = job.HostOf(job.servers[s]);
-    if (loaded.count(h) > 0 || (*rate)[s] >= fastest) continue;
+    if (loaded.count(h) > 0) continue;
+    if ((*rate)[s] >= fastest) {
+      if (unmeasured != nullptr) unmeasured->push_back(s);
+      continue;
+    }
     double into_sum = 0, others_sum = 0;
     for (const std::string& p : psds) {
       auto into = push.find({p, h});
@@ -601,10 +606,12 @@ std::vector<size_t> LiftFedHosts(const PolicyJob& job, const std::vector<int64_t
       into_sum += into->second;
       others_sum += others;
     }
-    if (others_sum > 0 && into_sum >= kFedShare * others_sum) {
+    if (others_sum <= 0) {
+      if (unmeasured != nullptr) unmeasured->push_back(s);
+    } else if (into_sum >= kFedShare * others_sum) {
       (*rate)[s] = fastest;
       lifted.push_back(s);
-    } else if (own != nullptr && others_sum > 0 && into_sum < kOwnShare * others_sum) {
+    } else if (own != nullptr && into_sum < kOwnShare * others_sum) {
       own->push_back(s);
     }
   }
@@ -661,9 +668,45 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
     *why = std::string(rate.status().message());
     return false;
   }
-  std::vector<size_t> own;
-  const std::vector<size_t> lifted = LiftFedHosts(
-      job, in_force, links, std::max(now_ms - job.window_ms(), since_ms), &*rate, &own);
+  std::vector<size_t> own, unmeasured;
+  std::vector<double> fed_rate = *rate;
+  const std::vector<size_t> fed =
+      LiftFedHosts(job, in_force, links, std::max(now_ms - job.window_ms(), since_ms), &fed_rate,
+                   &own, &unmeasured);
+  // A host is lifted once found fed at every look since the first that
+  // found it so, the readings' start or later, and either by the pushes
+  // probed since that look alone or for over a window (by then the
+  // probes that first found it are out of the window). A look with none
+  // of its pushes to compare (each link is probed about once a round,
+  // reported a second later) neither starts nor ends that; nor do ticks
+  // that stop before here.
+  const double fastest = *std::max_element(rate->begin(), rate->end());
+  auto among = [](const std::vector<size_t>& v, size_t s) {
+    return std::find(v.begin(), v.end(), s) != v.end();
+  };
+  fed_since_ms_.resize(servers, 0);
+  std::vector<size_t> lifted, pending;
+  for (size_t s = 0; s < servers; ++s) {
+    int64_t& fed_ms = fed_since_ms_[s];
+    if (fed_ms < since_ms) fed_ms = 0;
+    if (among(fed, s)) {
+      if (fed_ms == 0) fed_ms = now_ms;
+    } else if (!among(unmeasured, s)) {
+      fed_ms = 0;
+    }
+    if (fed_ms == 0) continue;
+    bool held = now_ms - fed_ms > job.window_ms();
+    if (!held && fed_ms < now_ms) {
+      std::vector<double> newer = *rate;
+      held = among(LiftFedHosts(job, in_force, links, fed_ms + 1, &newer), s);
+    }
+    if (held) {
+      (*rate)[s] = std::max((*rate)[s], fastest);
+      lifted.push_back(s);
+    } else {
+      pending.push_back(s);
+    }
+  }
   ReadOwnLinks(job, links, now_ms, since_ms, own, &*rate);
   last_rates_ = *rate;
   if (wrong) map_redecided_ = true;  // this look is its early decision
@@ -682,8 +725,13 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
       // A host that moved and reads back within update_rate for a moment
       // is still moving (a reading near the threshold flickers across
       // it): its move began when it first crossed, until it has read
-      // back within for a whole window.
-      if (by > job.update_rate) {
+      // back within for a whole window. A host found fed moves from when
+      // it was first found so, lifted or not yet.
+      const int64_t fed_ms = fed_since_ms_[s];
+      if (fed_ms != 0) {
+        if (moved_at_ms_[s] == 0 || fed_ms < moved_at_ms_[s]) moved_at_ms_[s] = fed_ms;
+        back_at_ms_[s] = 0;
+      } else if (by > job.update_rate) {
         if (moved_at_ms_[s] == 0) moved_at_ms_[s] = now_ms;
         back_at_ms_[s] = 0;
       } else if (moved_at_ms_[s] != 0) {
@@ -695,9 +743,18 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
         first_ms = moved_at_ms_[s];
       }
     }
+    auto name_pending = [&] {
+      for (size_t s : pending) {
+        absl::StrAppend(why, "; ", job.servers[s], "'s host pushed as fast as the others from ",
+                        (now_ms - fed_since_ms_[s]) / 1000.0,
+                        " s ago: lifted once its pushes since do too, or after ",
+                        job.window_ms() / 1000.0, " s");
+      }
+    };
     if (moved <= job.update_rate) {
       *why = absl::StrCat("kept version ", current_.version(), ": every psd's throughput within ",
                           job.update_rate, " of the plan's (largest change ", moved, ")");
+      name_pending();
       return false;
     }
     // A change shows host by host: a rise at once, a drop only once the
@@ -712,11 +769,15 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
     // shows after it, its last (a drop) a window after it: three windows
     // past the first, the last window's readings are all from after the
     // change, even where noise began a move up to two windows before it.
-    if (!wrong && now_ms - latest_ms < job.window_ms() &&
-        now_ms - first_ms < kMoveWaitWindows * job.window_ms()) {
+    // A lift still to be decided is waited for past that: it is, either
+    // way, within a window.
+    if (!wrong && ((now_ms - latest_ms < job.window_ms() &&
+                    now_ms - first_ms < kMoveWaitWindows * job.window_ms()) ||
+                   !pending.empty())) {
       *why = absl::StrCat("kept version ", current_.version(), ": throughputs moved (by up to ",
                           moved, "), the last ", (now_ms - latest_ms) / 1000.0,
                           " s ago, waiting for ", job.window_ms() / 1000.0, " s of readings since");
+      name_pending();
       return false;
     }
   }
@@ -791,6 +852,7 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   };
   name("; held by their peers, taken as fast as the fastest: ", lifted);
   name("; idle, held by their own links, read over a window: ", own);
+  name("; found fed, not lifted yet: ", pending);
   absl::StrAppend(why, early);
   return true;
 }

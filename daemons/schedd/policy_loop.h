@@ -219,12 +219,15 @@ absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTa
 // `own`, when given, gets the idle servers whose hosts' pushes came to
 // under kOwnShare of the others': their own link held them, so their
 // readings are their link's (DecideLoad reads them over a window, as a
-// loaded host's, not over kIdlePeriods).
+// loaded host's, not over kIdlePeriods). `unmeasured`, when given, gets
+// the idle servers not compared: no push of theirs, or none of another
+// host's, into a psd with chunks since from_ms, or read as the fastest.
 constexpr double kFedShare = 0.75;
 constexpr double kOwnShare = 0.5;
 std::vector<size_t> LiftFedHosts(const PolicyJob& job, const std::vector<int64_t>& chunks,
                                  const LinkTable& links, int64_t from_ms, std::vector<double>* rate,
-                                 std::vector<size_t>* own = nullptr);
+                                 std::vector<size_t>* own = nullptr,
+                                 std::vector<size_t>* unmeasured = nullptr);
 
 // An idle host is read over kIdlePeriods (HostRates): its readings are
 // what its peers let through, lower bounds that swing with them. One
@@ -271,6 +274,19 @@ class PolicyLoop {
   // round that was slow by chance costs at most one early look.
   static constexpr double kWrongMapFactor = 1.75;
   static constexpr size_t kRatiosMax = 8;
+
+  // An idle host found fed (LiftFedHosts) is lifted only once it has
+  // been found so at every look since the first that did (looks with
+  // none of its pushes, or none of the others', to compare aside), and
+  // by the pushes probed after that first look alone, or for over a
+  // window: the comparison takes each link at its fastest probe in the
+  // window, so one fast probe of the slowest host's pushes keeps it over
+  // kFedShare until that probe is a window old, and a lift on it gives
+  // the slowest host chunks. A host that did rise keeps its pushes fast,
+  // and stays lifted through looks with none of them (a link is probed
+  // about once a round). Until lifted it counts as a host that began to
+  // move when first found, and a map waits for it past kMoveWaitWindows:
+  // it is decided, either way, within a window.
 
   // A new map is issued when MapCost predicts its round shorter than the
   // map in force's by more than this fraction of update_rate, not all of
@@ -334,6 +350,10 @@ class PolicyLoop {
   // read back within for a whole window.
   std::vector<int64_t> moved_at_ms_;
   std::vector<int64_t> back_at_ms_;
+  // By server: the first look of those since that all found it fed
+  // (LiftFedHosts), or had nothing to compare (0: the last look that
+  // compared did not find it fed).
+  std::vector<int64_t> fed_since_ms_;
   int64_t next_ms_ = 0;       // the next period's decision
   int64_t next_look_ms_ = 0;  // the next look (kLookMs)
   v1::Policy current_;

@@ -2,6 +2,9 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <deque>
+#include <functional>
+#include <map>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -779,6 +782,136 @@ TEST_CASE("an idle host is compared with every host that pushed to the psds", "[
 // readings, a map's successor one past its settling, and then each is
 // made when the readings allow, not at the period's next tick. The
 // batches stay on the period's ticks.
+// LiftFedHosts reads each push at its fastest probe in the window, so
+// one fast probe of the slowest idle host keeps it found fed for a
+// window. A lift waits until it has been found so at every look since,
+// and by the pushes probed after the first look alone (or for over a
+// window, by when that probe has aged out): a host that rose keeps its
+// pushes fast.
+TEST_CASE("an idle host is lifted once its newer pushes show it fed too", "[policy]") {
+  // adlb over h0-h3 at 40/30/2/1, so h2 and h3 are idle under its map;
+  // w4 on h4 reads h0 and h1. Pushes into p0 and p1: 3 from the loaded
+  // hosts (w1 into p0, w0 into p1), 2 from h2, 1 from h3. Each Tick's
+  // links are probed at its own ms.
+  struct At {
+    double h0 = 40, h1 = 30;
+    double w2_push = 2, others_push = 3;
+    double w2_pull = 0, w3_pull = 0;  // a pull from p0 probed now (0: none)
+  };
+  std::vector<v1::Policy> plans;
+  std::vector<std::string> whys;
+  std::deque<v1::PolicyDecision> decisions;
+  auto run = [&](const std::function<At(int64_t)>& at, int64_t until) {
+    plans.clear();
+    whys.clear();
+    PolicyJob job = FourHostJob();
+    job.job_id = "job-lift";
+    job.load_policy = "adlb";
+    job.update_time_ms = 4000;
+    job.num_chunks = 58;
+    job.host_of["w4"] = "h4";
+    LinkTable links;
+    PolicyLoop loop;
+    // Each link's probes, as its receiver reports them: the largest of
+    // the last 2 s (the node's window) with its age, and those probes.
+    std::map<std::pair<std::string, std::string>, std::deque<std::pair<int64_t, double>>> probed;
+    for (int64_t ms = 0; ms <= until; ms += PolicyLoop::kLookMs) {
+      const At a = at(ms);
+      auto rec = [&](const std::string& from, const std::string& to, double r) {
+        if (r <= 0) return;
+        auto& h = probed[{from, to}];
+        h.emplace_back(ms, r);
+        while (h.front().first < ms - 2000 || h.size() > LinkTable::kProbesMax) h.pop_front();
+        std::vector<std::pair<double, uint64_t>> probes;
+        std::pair<int64_t, double> top = h.back();
+        for (const auto& [t, v] : h) {
+          probes.emplace_back(v, uint64_t(ms - t));
+          if (v > top.second) top = {t, v};
+        }
+        v1::LinkReport l = Link(from, to, top.second);
+        l.set_sample_age_ms(uint64_t(ms - top.first));
+        REQUIRE(links.Record(to, Probed(l, probes), ms).ok());
+      };
+      rec("p0", "w4", a.h0);
+      rec("p1", "w4", a.h1);
+      rec("w1", "p0", a.others_push);
+      rec("w0", "p1", a.others_push);
+      rec("w2", "p0", a.w2_push);
+      rec("w2", "p1", a.w2_push);
+      rec("w3", "p0", 1);
+      rec("w3", "p1", 1);
+      rec("p0", "w2", a.w2_pull);
+      rec("p0", "w3", a.w3_pull);
+      std::optional<v1::Policy> plan = loop.Tick(job, links, ms);
+      whys.push_back(loop.last_decision());
+      decisions = loop.decisions();
+      if (!plan) continue;
+      plans.push_back(*plan);
+      job.plan_settled_ms = ms + 250;
+      job.measure_window_ms = 1000;
+    }
+  };
+  {
+    // h1 drops at 8250, which shows at 9250, once its faster probes are
+    // a window old. Hosts keep beginning to move (h0 reads 46 at 9250 and
+    // again at 11750, h3 and h2 read faster pulls at 10000 and 10750), so
+    // the map would be decided kMoveWaitWindows after the first move, at
+    // 12250. But the one probe of h2's pushes at 11750 came as fast as
+    // the others': the map waits for that, and once the probe is a window
+    // old h2's pushes are slow again: decided at 13000, h2 not lifted.
+    run(
+        [](int64_t ms) {
+          At a;
+          if (ms >= 8250) a.h1 = 20;
+          if (ms == 9250 || ms == 11750) a.h0 = 46;
+          if (ms == 10000) a.w3_pull = 1.5;
+          if (ms == 10750) a.w2_pull = 3.5;
+          if (ms == 11750) a.w2_push = 3.5;
+          return a;
+        },
+        13000);
+    REQUIRE(plans.size() == 1);
+    REQUIRE(plans[0].server_chunks(2) == 0);
+    REQUIRE(plans[0].server_chunks(3) == 0);
+    CHECK(whys[12250 / PolicyLoop::kLookMs].find(
+              "p2's host pushed as fast as the others from 0.5 s ago: lifted once its pushes "
+              "since do too, or after 1 s") != std::string::npos);
+    CHECK(whys[12750 / PolicyLoop::kLookMs].find("waiting") != std::string::npos);
+    // h2 read at its own 3.5: lifted to h0's 46 it would take chunks.
+    CHECK(decisions.back().unix_ms() == 13000);
+    CHECK(decisions.back().server_throughput_bytes_per_second(2) == 3.5);
+    CHECK(decisions.back().why().find("a new map would shorten") != std::string::npos);
+  }
+  {
+    // The others' pushes slow to 2.5 at 9500, h2's rise to 2.1: from
+    // 10500, when the others' 3 are a window old, h2's keep up with them,
+    // while its reading moved by under update_rate. The pushes probed
+    // after that look show it too: lifted at the next, 10750, and moving
+    // since 10500. Its pushes are not probed after 11750: lifted still, a
+    // window on.
+    run(
+        [](int64_t ms) {
+          At a;
+          if (ms >= 9500) a.w2_push = 2.1, a.others_push = 2.5;
+          if (ms > 11750) a.w2_push = 0;
+          return a;
+        },
+        13000);
+    CHECK(whys[10250 / PolicyLoop::kLookMs].find("within 0.1 of the plan's (largest change "
+                                                 "0.05)") != std::string::npos);
+    CHECK(whys[10500 / PolicyLoop::kLookMs].find(
+              "p2's host pushed as fast as the others from 0 s ago") != std::string::npos);
+    CHECK(whys[10750 / PolicyLoop::kLookMs].find("the last 0.25 s ago, waiting") !=
+          std::string::npos);
+    REQUIRE(decisions.size() >= 2);
+    CHECK(decisions[decisions.size() - 2].unix_ms() == 11500);
+    CHECK(decisions[decisions.size() - 2].server_throughput_bytes_per_second(2) == 40);
+    CHECK(decisions.back().unix_ms() == 12000);  // the period's
+    CHECK(decisions.back().server_throughput_bytes_per_second(2) == 40);
+    CHECK(whys.back().find("within 0.1 of the plan's") != std::string::npos);
+  }
+}
+
 TEST_CASE("a map is made as soon as a period of readings allows it", "[policy]") {
   PolicyJob job = TwoHostJob("job-look", 20);
   job.update_time_ms = 4000;
