@@ -673,13 +673,8 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   const std::vector<size_t> fed =
       LiftFedHosts(job, in_force, links, std::max(now_ms - job.window_ms(), since_ms), &fed_rate,
                    &own, &unmeasured);
-  // A host is lifted once found fed at every look since the first that
-  // found it so, the readings' start or later, and either by the pushes
-  // probed since that look alone or for over a window (by then the
-  // probes that first found it are out of the window). A look with none
-  // of its pushes to compare (each link is probed about once a round,
-  // reported a second later) neither starts nor ends that; nor do ticks
-  // that stop before here.
+  // Lifted once found fed long enough (fed_since_ms_); looks before the
+  // readings' start do not count, nor do ticks that stop before here.
   const double fastest = *std::max_element(rate->begin(), rate->end());
   auto among = [](const std::vector<size_t>& v, size_t s) {
     return std::find(v.begin(), v.end(), s) != v.end();

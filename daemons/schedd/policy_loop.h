@@ -275,19 +275,6 @@ class PolicyLoop {
   static constexpr double kWrongMapFactor = 1.75;
   static constexpr size_t kRatiosMax = 8;
 
-  // An idle host found fed (LiftFedHosts) is lifted only once it has
-  // been found so at every look since the first that did (looks with
-  // none of its pushes, or none of the others', to compare aside), and
-  // by the pushes probed after that first look alone, or for over a
-  // window: the comparison takes each link at its fastest probe in the
-  // window, so one fast probe of the slowest host's pushes keeps it over
-  // kFedShare until that probe is a window old, and a lift on it gives
-  // the slowest host chunks. A host that did rise keeps its pushes fast,
-  // and stays lifted through looks with none of them (a link is probed
-  // about once a round). Until lifted it counts as a host that began to
-  // move when first found, and a map waits for it past kMoveWaitWindows:
-  // it is decided, either way, within a window.
-
   // A new map is issued when MapCost predicts its round shorter than the
   // map in force's by more than this fraction of update_rate, not all of
   // it: both costs come from the same readings, so an error the readings
@@ -350,9 +337,18 @@ class PolicyLoop {
   // read back within for a whole window.
   std::vector<int64_t> moved_at_ms_;
   std::vector<int64_t> back_at_ms_;
-  // By server: the first look of those since that all found it fed
-  // (LiftFedHosts), or had nothing to compare (0: the last look that
-  // compared did not find it fed).
+  // By server: the first look of those since that all found its idle
+  // host fed (LiftFedHosts), or had nothing to compare (0: the last look
+  // that compared did not find it fed). The host is lifted once it has
+  // been found so at every such look, and by the pushes probed after the
+  // first alone, or for over a window: the comparison takes each link at
+  // its fastest probe in the window, so one fast probe of the slowest
+  // host's pushes keeps it over kFedShare until that probe is a window
+  // old, and a lift on it gives the slowest host chunks. A host that did
+  // rise keeps its pushes fast, and stays lifted through looks with none
+  // of them (a link is probed about once a round). Until lifted it counts
+  // as a host that began to move when first found, and a map waits for
+  // it past kMoveWaitWindows: it is decided, either way, within a window.
   std::vector<int64_t> fed_since_ms_;
   int64_t next_ms_ = 0;       // the next period's decision
   int64_t next_look_ms_ = 0;  // the next look (kLookMs)
