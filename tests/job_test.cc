@@ -54,7 +54,11 @@ TEST_CASE("A traced job writes each round's timeline on every node") {
       CHECK(Field(l, "bcast") <= Field(l, "closed"));
       CHECK(Field(l, "closed") <= Field(l, "summed"));
       CHECK(Field(l, "summed") <= Field(l, "applied"));
-      CHECK(l.find("\"bcasts\":[{\"submitted\":") != std::string::npos);
+      // Both workers' broadcast flows, each naming its worker.
+      CHECK(l.find("\"bcasts\":[{\"worker\":") != std::string::npos);
+      CHECK(l.find(",\"timing\":{\"submitted\":") != std::string::npos);
+      CHECK(l.find("{\"worker\":0,\"seg\":") != std::string::npos);
+      CHECK(l.find("{\"worker\":1,\"seg\":") != std::string::npos);
     }
   }
   for (const char* node : {"worker-0", "worker-1"}) {

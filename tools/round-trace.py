@@ -83,10 +83,10 @@ def critical_path(iters, rounds, skip):
             wi = max(range(len(ws)), key=lambda i: r["pushes"][i][2])
             w = iters[ws[wi]][t]
             pi = max(range(len(ss)), key=lambda i: w["pull"][i][2])
-            bl = rounds[ss[pi]][t]["bcasts"]
-            # One flow per worker, or per worker and segment (segment_chunks):
-            # then the psd's last one.
-            b = bl[wi] if len(bl) == len(ws) else max(bl, key=lambda f: f["last_sent"])
+            # That worker's broadcast flows from that psd (one, or one per
+            # segment): the last one sent.
+            b = max((f["timing"] for f in rounds[ss[pi]][t]["bcasts"] if f["worker"] == wi),
+                    key=lambda f: f["last_sent"])
             push = w["pushes"][ss.index(s)]
             marks = [rounds[ss[pi]][t]["start"], b["last_sent"], w["pull"][pi][2], w["woke"],
                      w["push"], push["last_sent"], r["pushes"][wi][2], r["closed"], r["applied"],
@@ -159,7 +159,7 @@ def main(argv):
     row(" push first -> last packet", [ms(p[0], p[1]) for r in rs for p in r["pushes"]])
     row("mean with holes", [ms(r["closed"], r["summed"]) for r in rs])
     row("sum + optimizer + snapshot", [ms(r["summed"], r["applied"]) for r in rs])
-    bl = [f for r in rs for f in r["bcasts"]]
+    bl = [f["timing"] for r in rs for f in r["bcasts"]]
     row("broadcast flow (Send -> done)", [ms(f["submitted"], f["done"]) for f in bl])
     row(" first -> last datagram", [ms(f["first_sent"], f["last_sent"]) for f in bl])
     row(" last datagram -> done (ACK)", [ms(f["last_sent"], f["done"]) for f in bl])

@@ -648,6 +648,7 @@ void ShardServer::ReleaseSnapshot(uint32_t iteration) {
   const int b = iteration % 2;
   for (auto& h : in_flight_[b]) endpoint_->Cancel(h);
   in_flight_[b].clear();
+  in_flight_to_[b].clear();
 }
 
 void ShardServer::Broadcast(uint32_t iteration) {
@@ -684,7 +685,10 @@ void ShardServer::SendSegment(uint32_t iteration, size_t k, const std::vector<Pe
   transport::SendOptions options;
   options.plan = plan;
   const std::vector<PacketSpan> packets = SegmentPackets(broadcast_[b].data(), k);
-  for (const Peer& w : to) in_flight_[b].push_back(endpoint_->Send(w, iteration, packets, options));
+  for (const Peer& w : to) {
+    in_flight_[b].push_back(endpoint_->Send(w, iteration, packets, options));
+    in_flight_to_[b].push_back({w, uint32_t(k)});
+  }
 }
 
 transport::DropReason ShardServer::AcceptFlow(const Peer& from, const Header& first) {
@@ -1048,6 +1052,7 @@ void ShardServer::Run() {
   using Clock = std::chrono::steady_clock;
   const RealClock* mono = RealClock::Get();  // the endpoint's clock: traces line up
   std::vector<transport::FlowResult> pushes;
+  std::vector<Peer> ranks;  // workers_ at the close, for the trace
   for (uint32_t t = start_round_; t < config_.total_iterations && !stop_; ++t) {
     const auto round_start = Clock::now();
     const uint64_t start_us = mono->MonotonicMicros();
@@ -1158,6 +1163,7 @@ void ShardServer::Run() {
         break;
       }
       pushes.clear();
+      if (config_.trace != nullptr) ranks = workers_;
       // Sum in worker rank order, so results never depend on hash order.
       for (const Peer& w : workers_) {
         auto it = slots_.find(w);
@@ -1233,7 +1239,16 @@ void ShardServer::Run() {
       // This round's broadcasts: done, since every push of the round came
       // after its worker had them (unless it closed without that worker).
       line.Key("bcasts").BeginArray();
-      for (auto& h : in_flight_[t % 2]) AppendJson(h->timing(), &line);
+      for (size_t i = 0; i < in_flight_[t % 2].size(); ++i) {
+        const BcastTo& to = in_flight_to_[t % 2][i];
+        line.BeginObject();
+        const auto rank = std::find(ranks.begin(), ranks.end(), to.peer);
+        line.Key("worker").Int(rank != ranks.end() ? rank - ranks.begin() : -1);
+        line.Key("seg").Uint(to.seg);
+        line.Key("timing");
+        AppendJson(in_flight_[t % 2][i]->timing(), &line);
+        line.EndObject();
+      }
       line.EndArray();
       // A switch at this round: the chunks it gave up (parameters, then
       // state), done (FinishMoved).

@@ -326,6 +326,13 @@ class ShardServer : public transport::Receiver {
   std::vector<float> params_;        // round thread only
   std::vector<float> broadcast_[2];  // snapshots being sent, double-buffered
   std::vector<std::shared_ptr<transport::SendHandle>> in_flight_[2];
+  // Beside each of in_flight_: the worker and segment it went to, for
+  // the trace (which worker's broadcasts ended a round late).
+  struct BcastTo {
+    transport::Peer peer;
+    uint32_t seg = 0;
+  };
+  std::vector<BcastTo> in_flight_to_[2];
   int64_t snapshot_for_ = -1;     // the iteration whose snapshot ApplyStep took
   uint32_t start_round_ = 0;      // 0, or the round of the checkpoint resumed from
   std::vector<float> aggregate_;  // the mean gradient: one tile, or a range with bubbles
