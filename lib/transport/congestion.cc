@@ -149,7 +149,14 @@ void CongestionControl::SetRateCap(uint64_t bps) {
   if (bps == 0) cap_lift_ = 1;
   rate_cap_bps_ = bps;
   round_cap_min_ = std::min(round_cap_min_, bps == 0 ? UINT64_MAX : bps);
-  if (lifted) MaybeRestart(RestartCause::kLifted);
+  if (bps > 0) lift_pending_ = false;
+  if (lifted) {
+    // Too soon after the last startup: the lift is kept for the round
+    // that ends the wait (EndRound), unless a cap comes back first. In
+    // startup the flow is already probing for the room.
+    lift_pending_ = !startup_;
+    MaybeRestart(RestartCause::kLifted);
+  }
 }
 
 void CongestionControl::OnIdleRestart() {
@@ -167,6 +174,7 @@ void CongestionControl::MaybeRestart(RestartCause cause) {
   const uint64_t wait = cause == RestartCause::kLifted ? kCycleLength : restart_wait_rounds_;
   if (cause != RestartCause::kIdle && rounds_ < startup_exit_round_ + wait) return;
   if (cause == RestartCause::kIdle) restart_wait_rounds_ = kRestartRounds;
+  lift_pending_ = false;
   startup_ = true;
   restart_from_bps_ = btlbw_bps_;
   full_bw_ = btlbw_bps_;
@@ -273,6 +281,7 @@ void CongestionControl::EndRound(uint64_t now_us) {
   round_loss_inflight_ = 0;
   round_min_rtt_us_ = UINT32_MAX;
   if (room_rounds_ >= kRoomRounds) MaybeRestart(RestartCause::kRoom);
+  if (lift_pending_) MaybeRestart(RestartCause::kLifted);
 }
 
 uint64_t CongestionControl::ModelRate() const {

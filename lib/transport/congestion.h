@@ -85,7 +85,10 @@
 // congestion cap. Cap-driven restarts come at most once per 24 rounds,
 // doubling (up to 1536) after one that found no room (BtlBw grew < 25%),
 // so a flow held by its own access link does not keep overshooting it; a
-// lifted cap waits one gain cycle only, as it comes once per transfer.
+// lifted cap waits one gain cycle only, as it comes once per transfer,
+// and a lift within that cycle restarts the flow when the cycle ends
+// (unless a cap came back): the last flow of a push, lifted a few rounds
+// after its idle restart, otherwise ran out the push at its old share.
 //
 // Spurious losses (ours, as TCP's Eifel/F-RTO undo). A packet declared
 // lost whose ACK arrives before it was resent, or sooner than half an
@@ -260,6 +263,7 @@ class CongestionControl {
   uint64_t restart_from_bps_ = 0;  // BtlBw when the current restart began; 0: none
   uint64_t round_cap_min_ = UINT64_MAX;
   uint32_t room_rounds_ = 0;
+  bool lift_pending_ = false;  // lifted within a gain cycle of startup: restart after it
   // ProbeBW gain cycle position.
   int cycle_index_ = 0;
   uint64_t cycle_start_us_ = 0;

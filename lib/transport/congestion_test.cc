@@ -275,6 +275,34 @@ TEST_CASE("a lifted cap restarts the flow despite fruitless room restarts", "[co
   CHECK(cc.startup_restarts() == before + 2);
 }
 
+// A lift within a gain cycle of the flow's last startup is not lost: the
+// flow restarts when the cycle ends, unless a cap came back by then.
+TEST_CASE("a lift soon after startup restarts the flow when the cycle ends", "[congestion]") {
+  const bool cap_back = GENERATE(false, true);
+  CongestionConfig c;
+  c.cwnd_packets_min = 8;
+  c.cap_lift = false;  // the cap holds the flow at its share
+  CongestionControl cc(c);
+  Sender sender{cc, Path{40'000'000, 20'000}};
+  cc.SetRateCap(10'000'000);
+  while (cc.in_startup() && sender.now < 5'000'000) sender.RunUntil(sender.now + 1000);
+  REQUIRE_FALSE(cc.in_startup());
+  const uint64_t exit_round = cc.rounds();
+  sender.RunUntil(sender.now + 2 * 25'000);
+  cc.SetRateCap(0);              // the others finished
+  CHECK_FALSE(cc.in_startup());  // within the cycle
+  CHECK(cc.startup_restarts() == 0);
+  if (cap_back) cc.SetRateCap(10'000'000);
+  while (cc.rounds() < exit_round + 10) sender.RunUntil(sender.now + 1000);
+  INFO("cap back " << cap_back << " rounds since startup " << cc.rounds() - exit_round);
+  CHECK(cc.startup_restarts() == (cap_back ? 0u : 1u));
+  if (!cap_back) {
+    const uint64_t took_us = sender.RunUntilBtlBw(35'000'000, 2'000'000);
+    INFO("reached " << cc.btlbw_bps() << " after " << took_us << " us");
+    CHECK(took_us < 400'000);
+  }
+}
+
 TEST_CASE("a flow after an idle gap restarts from its old estimate", "[congestion]") {
   CongestionConfig c;
   c.cwnd_packets_min = 8;
