@@ -161,6 +161,17 @@ void CongestionControl::SetRateCap(uint64_t bps) {
 
 void CongestionControl::OnIdleRestart() {
   path_clean_ = false;  // measured before the gap
+  // Delivery rates from here on are measured from the first send after
+  // the gap, not across it (as Linux's tcp_rate with nothing in flight).
+  delivered_us_ = 0;
+  first_sent_us_ = 0;
+  if (startup_) {
+    // Still in the startup of an earlier flow after a gap (a probe-sized
+    // one never fills the pipe nor leaves it): its rounds without growth
+    // were that flow running out, and they must not end this one's.
+    full_bw_ = btlbw_bps_;
+    full_bw_rounds_ = 0;
+  }
   MaybeRestart(RestartCause::kIdle);
 }
 

@@ -89,6 +89,10 @@
 // and a lift within that cycle restarts the flow when the cycle ends
 // (unless a cap came back): the last flow of a push, lifted a few rounds
 // after its idle restart, otherwise ran out the push at its old share.
+// After an idle gap delivery rates are measured from the first send, not
+// across the gap, and a startup still running from an earlier flow counts
+// its rounds afresh: probe-sized flows neither fill the pipe nor measure
+// it, and they left the next full transfer at their rate.
 //
 // Spurious losses (ours, as TCP's Eifel/F-RTO undo). A packet declared
 // lost whose ACK arrives before it was resent, or sooner than half an

@@ -32,6 +32,8 @@ struct Sender {
   Path path;
   uint64_t now = 0;
   uint64_t inflight = 0;
+  // Packets it may still send (a flow of that many); unlimited by default.
+  uint64_t packets_left = UINT64_MAX;
   struct InFlight {
     uint64_t ack_us;
     SendSample s;
@@ -51,7 +53,8 @@ struct Sender {
           ++i;
         }
       }
-      if (inflight + kBytes <= cc.cwnd_bytes()) {
+      if (packets_left > 0 && inflight + kBytes <= cc.cwnd_bytes()) {
+        if (packets_left != UINT64_MAX) --packets_left;
         SendSample s = cc.OnSend(now, false);
         q.push_back({path.AckTime(now, kBytes), s});
         inflight += kBytes;
@@ -321,6 +324,35 @@ TEST_CASE("a flow after an idle gap restarts from its old estimate", "[congestio
   cc.SetRateCap(0);  // no second restart: already in startup
   CHECK(cc.startup_restarts() == 1);
   const uint64_t took_us = sender.RunUntilBtlBw(90'000'000, 3'000'000);
+  INFO("reached " << cc.btlbw_bps() << " after " << took_us << " us");
+  CHECK(took_us < 300'000);
+}
+
+// A peer that only gets a few packets an iteration (a psd with no chunks
+// but a probe slice) has its estimate drawn down to what those few
+// packets showed, and the startup they each began counts rounds that
+// never filled the pipe. A full transfer after the next idle gap still
+// restarts from that estimate and climbs to the path's rate in a few
+// round trips.
+TEST_CASE("a full flow after probe-sized ones climbs to the path", "[congestion]") {
+  const int probes = GENERATE(1, 2, 3, 4, 5, 6);
+  CongestionConfig c;
+  c.cwnd_packets_min = 8;
+  CongestionControl cc(c);
+  Sender sender{cc, Path{25'000'000, 20'000}};
+  sender.RunUntil(2'000'000);
+  REQUIRE(cc.btlbw_bps() > 20'000'000);
+  for (int k = 0; k < probes; ++k) {
+    sender.RunUntil(sender.now + 1'000'000);  // idle
+    cc.OnIdleRestart();
+    sender.packets_left = 3;
+    sender.RunUntil(sender.now + 100'000);
+  }
+  INFO(probes << " probe flows: btlbw " << cc.btlbw_bps() << " startup " << cc.in_startup());
+  sender.RunUntil(sender.now + 1'000'000);
+  cc.OnIdleRestart();
+  sender.packets_left = UINT64_MAX;
+  const uint64_t took_us = sender.RunUntilBtlBw(20'000'000, 2'000'000);
   INFO("reached " << cc.btlbw_bps() << " after " << took_us << " us");
   CHECK(took_us < 300'000);
 }
