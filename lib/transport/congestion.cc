@@ -9,6 +9,7 @@ namespace {
 
 constexpr double kStartupGain = 2.885;  // 2/ln 2: doubles the rate every round
 constexpr double kCwndGain = 2.0;
+constexpr uint32_t kStandingRttMax = 3;  // the window's round trip: at most this x RTprop
 constexpr double kCycleGains[] = {1.25, 0.75, 1, 1, 1, 1, 1, 1};
 constexpr double kCapStartupGain = 1.25;  // startup under a fair-share cap: probe, do not flood
 constexpr double kCapHeadroom = 1.25;     // after startup: the cap's ceiling over the share
@@ -290,6 +291,7 @@ void CongestionControl::EndRound(uint64_t now_us) {
   round_lost_bytes_ = 0;
   round_lost_packets_ = 0;
   round_loss_inflight_ = 0;
+  standing_rtt_us_ = round_min_rtt_us_ == UINT32_MAX ? 0 : round_min_rtt_us_;
   round_min_rtt_us_ = UINT32_MAX;
   if (room_rounds_ >= kRoomRounds) MaybeRestart(RestartCause::kRoom);
   if (lift_pending_) MaybeRestart(RestartCause::kLifted);
@@ -337,7 +339,11 @@ uint64_t CongestionControl::pacing_rate_bps() const {
 
 // The window the path model asks for: gain x BDP, within the floors.
 uint64_t CongestionControl::ModelCwnd() const {
-  const uint64_t rtt = rtprop_us_ > 0 ? rtprop_us_ : config_.initial_rtt_us;
+  uint64_t rtt = rtprop_us_ > 0 ? rtprop_us_ : config_.initial_rtt_us;
+  if (ack_path_loaded_ && rtprop_us_ > 0 && !unpaced()) {
+    rtt = std::max<uint64_t>(
+        rtt, std::min<uint64_t>(standing_rtt_us_, uint64_t(kStandingRttMax) * rtprop_us_));
+  }
   const uint64_t bw = btlbw_bps_ > 0 ? btlbw_bps_ : config_.initial_rate_bps;
   const double gain = startup_ ? kStartupGain : kCwndGain;
   const double bytes_per_us = double(bw) / 8e6;

@@ -110,6 +110,18 @@
 // C, measured from what the flows achieved, held them where they had been.
 // Congestion loss (inflight_hi) and the window floors stay in force.
 //
+// Standing round trip (ours). While the endpoint's own downlink is
+// loaded (SetAckPathLoaded: data came in over the last share window at
+// half the most it took in any 500 ms bin, or more), the window is
+// cwnd_gain x BtlBw over the
+// last round's smallest RTT where that is above RTprop (up to
+// kStandingRttMax x RTprop): every packet of that round waited that long,
+// and the ACKs cross that downlink. A worker's push ACKs come back
+// through the downlink its pull fills at the same time; at 2 x BDP over
+// RTprop the push sat window-limited at about half its uplink. Pacing
+// still sets the rate. Not otherwise: a queue on the data's own path,
+// its own one included, would hold the window open for itself.
+//
 // Pure state machine: the caller passes times (microseconds, any epoch) and
 // byte counts. Not thread-safe; owned by the endpoint thread.
 #ifndef HETPS_LIB_TRANSPORT_CONGESTION_H_
@@ -207,6 +219,10 @@ class CongestionControl {
   // The first flow to this peer after an idle gap: BtlBw was measured
   // under other conditions; back to startup from it (Room, above).
   void OnIdleRestart();
+  // Whether this endpoint's own downlink is loaded now (the ACKs of this
+  // peer's flows cross it): the window then covers the standing round
+  // trip (above).
+  void SetAckPathLoaded(bool loaded) { ack_path_loaded_ = loaded; }
   uint64_t rate_cap_bps() const { return rate_cap_bps_; }
   // The last packet-timed round saw no queue (its smallest RTT within the
   // standing-queue margin of RTprop) and no loss: the path had room then
@@ -280,6 +296,8 @@ class CongestionControl {
   uint32_t round_lost_packets_ = 0;
   uint64_t round_loss_inflight_ = 0;        // most in flight when a loss was seen
   uint32_t round_min_rtt_us_ = UINT32_MAX;  // smallest RTT sample of the round
+  uint32_t standing_rtt_us_ = 0;            // the last round's smallest (0: none)
+  bool ack_path_loaded_ = false;
   uint64_t inflight_hi_ = UINT64_MAX;
   uint64_t congestion_rounds_ = 0;
   uint64_t standing_queue_rounds_ = 0;

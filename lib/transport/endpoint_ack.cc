@@ -236,8 +236,14 @@ void Endpoint::Impl::SetRateCaps(uint64_t now) {
     share_states[i]->egress_share_bps =
         static_cast<uint64_t>(std::min(level * share_weights[i], 1e18));
   }
+  // Data coming in at half the most this endpoint has taken in a bin or
+  // more: our ACKs may queue behind it on our downlink. (Not the busy
+  // spans' link rate: that takes several busy bins to measure.)
+  const uint64_t in_max = ingress.rate_bps(now);
+  const bool ack_path_loaded = in_max > 0 && 2 * ingress_now.rate_bps(now) >= in_max;
   for (auto& [peer, ps] : peers) {
     if (ps->flows.empty()) continue;
+    ps->cc.SetAckPathLoaded(ack_path_loaded);
     uint64_t cap = ps->receiver_share_bps;
     // Read once and cleared: only this call's shared peers set it.
     const uint64_t share = std::exchange(ps->egress_share_bps, 0);

@@ -213,6 +213,10 @@ struct Endpoint::Impl {
   std::deque<RecvKey> closed_order;
   absl::flat_hash_map<Peer, RecvLink> links;
   IngressRate ingress;  // data bytes received, all flows (shared-link LT, ingress share)
+  // The same over the last few share bins: whether the downlink, which the
+  // ACKs of our own flows cross, is loaded now (congestion.h, "Standing
+  // round trip").
+  IngressRate ingress_now{kShareBinUs, kShareBins};
   uint64_t next_threshold_us = UINT64_MAX;
 
   // ACKs, STOPs and fair shares (endpoint_ack.cc).

@@ -101,6 +101,7 @@ void Endpoint::Impl::HandleData(const Peer& from, const Packet& p, uint64_t now,
   }
   word |= bit;
   ingress.OnBytes(now, f.packet_bytes);
+  ingress_now.OnBytes(now, f.packet_bytes);
   RecvLink& link = links[from];
   link.recent.OnBytes(now, f.packet_bytes);
   if (link.last_us == 0 || now >= link.last_us + kShareWindowUs) link.active_since_us = now;

@@ -826,6 +826,64 @@ TEST_CASE("a sender's uneven flows through its uplink end together", "[endpoint]
   CHECK(off.last_flows[2] < 0.4 * off.last_flows[0]);
 }
 
+// A worker's push while its pull comes in: one endpoint with a 10 Mbit/s
+// uplink and downlink (10 ms to each peer) sends 29 chunks to each of two
+// peers, which send it 29 chunks each at the same time. The push's ACKs
+// queue behind the pull on the downlink. Returns each push's time, twelve
+// rounds 200 ms apart.
+std::vector<double> PushRounds(bool pull) {
+  LinkImpairment wan;
+  wan.delay_us = 10'000;
+  SimRun run(21, wan);
+  EndpointConfig c = Config();
+  const uint32_t pf = c.payload_floats();
+  const std::vector<float> data = Pattern(size_t{29} * kChunkFloats, 7);
+  std::vector<std::unique_ptr<Assembler>> rx;
+  std::vector<Endpoint*> peers;
+  for (int i = 0; i < 2; ++i) {
+    rx.push_back(std::make_unique<Assembler>(data.size()));
+    peers.push_back(run.Add(c, rx.back().get()));
+  }
+  Assembler back_rx(data.size());
+  Endpoint* s = run.Add(c, &back_rx);
+  run.net().SetUplink(s->local(), 10'000'000, 64 << 10);
+  run.net().SetDownlink(s->local(), 10'000'000, 64 << 10);
+  std::vector<double> out;
+  for (uint32_t r = 1; r <= 12; ++r) {
+    const uint64_t t0 = run.clock().MonotonicMicros();
+    std::vector<std::shared_ptr<SendHandle>> push, back;
+    for (Endpoint* p : peers) push.push_back(s->Send(p->local(), r, Packets(data, 0, pf)));
+    if (pull) {
+      for (Endpoint* p : peers) back.push_back(p->Send(s->local(), r, Packets(data, 0, pf)));
+    }
+    REQUIRE(run.RunUntil([&] { return AllDone(push); }, absl::Seconds(30)));
+    out.push_back(double(run.clock().MonotonicMicros() - t0) / 1e6);
+    REQUIRE(run.RunUntil([&] { return AllDone(back); }, absl::Seconds(30)));
+    for (auto& h : push) REQUIRE(h->status().ok());
+    run.RunFor(absl::Milliseconds(200));
+  }
+  for (auto& x : rx) CHECK(std::equal(data.begin(), data.end(), x->buf().begin()));
+  return out;
+}
+
+// The window covers the round trip that stood all through the last round
+// (congestion.h, "Window"): with 2 x BDP at RTprop the push sat window-
+// limited at about half the uplink while the queue stood.
+TEST_CASE("a push whose ACKs queue behind its pull keeps its uplink busy", "[endpoint]") {
+  std::vector<double> alone = PushRounds(false), pulled = PushRounds(true);
+  std::string what = "alone:";
+  for (double t : alone) what += " " + std::to_string(t);
+  what += "; with the pull:";
+  for (double t : pulled) what += " " + std::to_string(t);
+  INFO(what);
+  auto median = [](std::vector<double> v) {
+    v.erase(v.begin());  // the first measures the links
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  CHECK(median(pulled) < 1.12 * median(alone));
+}
+
 // Where the shared link is full, its queue reaches every flow and none
 // reads clean for long: the lift probes (as a flow's gain cycle does) and
 // falls back. Three senders with 100 Mbit/s uplinks into a 30 Mbit/s
