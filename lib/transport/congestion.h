@@ -113,14 +113,14 @@
 // Standing round trip (ours). While the endpoint's own downlink is
 // loaded (SetAckPathLoaded: data came in over the last share window at
 // half the most it took in any 500 ms bin, or more), the window is
-// cwnd_gain x BtlBw over the
-// last round's smallest RTT where that is above RTprop (up to
-// kStandingRttMax x RTprop): every packet of that round waited that long,
-// and the ACKs cross that downlink. A worker's push ACKs come back
-// through the downlink its pull fills at the same time; at 2 x BDP over
-// RTprop the push sat window-limited at about half its uplink. Pacing
-// still sets the rate. Not otherwise: a queue on the data's own path,
-// its own one included, would hold the window open for itself.
+// cwnd_gain x BtlBw over the last round's smallest RTT where that is
+// above RTprop (up to kStandingRttMax x RTprop): every packet of that
+// round waited that long, and the ACKs cross that downlink. A worker's
+// push ACKs come back through the downlink its pull fills at the same
+// time; a window of 2 x BDP over RTprop then holds the push at about half
+// its uplink. Pacing still sets the rate. Not otherwise: a queue on the
+// data's own path, its own one included, would hold the window open for
+// itself.
 //
 // Pure state machine: the caller passes times (microseconds, any epoch) and
 // byte counts. Not thread-safe; owned by the endpoint thread.

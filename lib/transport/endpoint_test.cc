@@ -867,8 +867,8 @@ std::vector<double> PushRounds(bool pull) {
 }
 
 // The window covers the round trip that stood all through the last round
-// (congestion.h, "Window"): with 2 x BDP at RTprop the push sat window-
-// limited at about half the uplink while the queue stood.
+// (congestion.h, "Standing round trip"): with 2 x BDP at RTprop the push
+// is window-limited at about half the uplink while the queue stands.
 TEST_CASE("a push whose ACKs queue behind its pull keeps its uplink busy", "[endpoint]") {
   std::vector<double> alone = PushRounds(false), pulled = PushRounds(true);
   std::string what = "alone:";
