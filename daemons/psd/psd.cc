@@ -161,6 +161,12 @@ class Psd::Jobs final : public JobRunner {
              .Help("Segments stepped and sent as the next round's before their round closed.")
              .Register(r)
              .Add({});
+    segments_ahead_ =
+        &prometheus::BuildCounter()
+             .Name("psd_segments_ahead_total")
+             .Help("Segments of a plan's first round sent before the switch that opens it.")
+             .Register(r)
+             .Add({});
   }
   ~Jobs() override { Shutdown(); }
 
@@ -374,6 +380,7 @@ class Psd::Jobs final : public JobRunner {
     AdvanceCounter(plan_held_, s.held_flows, &last_.held_flows);
     AdvanceCounter(rounds_reopened_, s.rounds_reopened, &last_.rounds_reopened);
     AdvanceCounter(segments_streamed_, s.segments_streamed, &last_.segments_streamed);
+    AdvanceCounter(segments_ahead_, s.segments_ahead, &last_.segments_ahead);
     plan_version_->Set(s.plan_version);
     AdvanceCounter(partial_pushes_, s.partial_pushes, &last_.partial_pushes);
     AdvanceCounter(bubble_bytes_, s.bubble_bytes, &last_.bubble_bytes);
@@ -729,7 +736,7 @@ class Psd::Jobs final : public JobRunner {
   prometheus::Counter *rounds_complete_, *rounds_deadline_, *rounds_membership_, *stale_,
       *partial_pushes_, *bubble_bytes_;
   prometheus::Counter *plan_switches_, *chunks_sent_, *chunks_received_, *plan_stale_, *plan_ahead_,
-      *plan_held_, *rounds_reopened_, *segments_streamed_;
+      *plan_held_, *rounds_reopened_, *segments_streamed_, *segments_ahead_;
   prometheus::Gauge* plan_version_;
   prometheus::Family<prometheus::Gauge>* delivered_;
   prometheus::Gauge *iteration_, *contributors_, *round_seconds_, *aggregate_seconds_;

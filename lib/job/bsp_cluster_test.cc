@@ -473,9 +473,15 @@ TEST_CASE("plans that change every few rounds, announced late and out of order, 
   CHECK(third.GetStats().rounds_reopened >= 1);
   // With segments, the round before a switch sends the parameters of the
   // chunks that move as its segments are applied.
-  uint64_t early = 0;
-  for (auto& s : c.servers) early += s->GetStats().chunks_sent_early;
+  // And a switch's first round goes to the workers segment by segment as
+  // each one's chunks are in, before the switch.
+  uint64_t early = 0, ahead = 0;
+  for (auto& s : c.servers) {
+    early += s->GetStats().chunks_sent_early;
+    ahead += s->GetStats().segments_ahead;
+  }
   CHECK((early > 0) == (planned.segment_bytes > 0));
+  CHECK((ahead > 0) == (planned.segment_bytes > 0));
   for (auto& w : c.workers) {
     const WorkerPlanStats ws = w->plan_stats();
     INFO("worker: " << ws.held_flows << " flows held, " << ws.stale_plan << " stale");

@@ -129,7 +129,7 @@ ShardServer::~ShardServer() {
     for (auto& h : handles) endpoint_->Cancel(h);
     for (auto& h : handles) h->Wait(absl::Seconds(5));
   }
-  for (auto* flows : {&moving_.flows, &moving_.flows_other, &early_.flows}) {
+  for (auto* flows : {&moving_.flows, &moving_.flows_other, &early_.flows, &ahead_.flows}) {
     for (auto& h : *flows) endpoint_->Cancel(h);
     for (auto& h : *flows) h->Wait(absl::Seconds(5));
   }
@@ -351,7 +351,11 @@ bool ShardServer::Switch(uint32_t t, const Plan& next) {
   };
   // No deadline: these chunks exist nowhere else. A server that died
   // holding them ends the job's epoch (recovery), which stops this one.
-  while (!arrived() && !stop_) changed_.Wait(&mu_);
+  // Meanwhile the segments whose chunks are all here go to the workers.
+  while (!arrived() && !stop_) {
+    if (StreamAhead(t, true) > 0) continue;
+    changed_.Wait(&mu_);
+  }
   if (stop_) {
     mu_.Unlock();
     return false;
@@ -647,6 +651,13 @@ void ShardServer::FillBubbles(Slot& slot) {
 void ShardServer::ReleaseSnapshot(uint32_t iteration) {
   const int b = iteration % 2;
   for (auto& h : in_flight_[b]) endpoint_->Cancel(h);
+  // The copies a switch's round was sent ahead from go once their flows
+  // are over (a cancel takes effect on the endpoint's thread). Two rounds
+  // on, every worker that stayed had them long ago.
+  if (!ahead_kept_[b].empty()) {
+    for (auto& h : in_flight_[b]) h->Wait(absl::InfiniteDuration());
+    ahead_kept_[b].clear();
+  }
   in_flight_[b].clear();
   in_flight_to_[b].clear();
 }
@@ -664,8 +675,20 @@ void ShardServer::Broadcast(uint32_t iteration) {
     workers = workers_;
     plan = plan_version_;
   }
-  // Segments streamed during the round before went to the workers of
-  // that moment under this plan: the others get them now.
+  if (!ahead_.flows.empty() || !ahead_.buffers.empty()) {
+    if (ahead_.iteration == int64_t(iteration) && ahead_.plan == plan) {
+      in_flight_[b].insert(in_flight_[b].end(), ahead_.flows.begin(), ahead_.flows.end());
+      in_flight_to_[b].insert(in_flight_to_[b].end(), ahead_.to.begin(), ahead_.to.end());
+      for (auto& buf : ahead_.buffers) ahead_kept_[b].push_back(std::move(buf));
+    } else {
+      for (auto& h : ahead_.flows) endpoint_->Cancel(h);  // of a round not opened so
+      for (auto& h : ahead_.flows) h->Wait(absl::InfiniteDuration());
+    }
+    ahead_ = Ahead();
+  }
+  // Segments streamed during the round before (or ahead of its switch)
+  // went to the workers of that moment under this plan: the others get
+  // them now.
   const bool streamed = sent_.iteration == int64_t(iteration) && sent_.plan == plan;
   std::vector<Peer> fresh;
   for (const Peer& w : workers) {
@@ -1048,6 +1071,86 @@ size_t ShardServer::StreamReady(uint32_t t, uint64_t* partial_elements) {
   return ready.size();
 }
 
+size_t ShardServer::StreamAhead(uint32_t t, bool closed) {
+  if (t >= config_.total_iterations || servers_.size() != config_.num_servers) return 0;
+  const Plan& next = book_->For(t);
+  const uint32_t v = static_cast<uint32_t>(next.map.version());
+  if (v == plan_version_) return 0;
+  const uint32_t me = config_.server_index;
+  const std::vector<uint32_t> owned = next.map.ChunksOf(me);
+  if (owned.empty()) return 0;  // its round is one empty packet
+  if (sent_.iteration != int64_t(t) || sent_.plan != v) {
+    sent_ =
+        Sent{int64_t(t), v, std::vector<bool>(next.segment_packets[me].size(), false), workers_};
+    ahead_.iteration = t;
+    ahead_.plan = v;
+  }
+  // The segments whose every chunk is here, each with its chunks (owned
+  // is ascending: a segment's chunks are consecutive in it).
+  std::vector<std::pair<size_t, std::vector<uint32_t>>> ready;
+  for (size_t i = 0; i < owned.size();) {
+    const uint32_t k = next.chunk_segment[owned[i]];
+    size_t e = i;
+    bool in = !sent_.segs[k];
+    for (; e < owned.size() && next.chunk_segment[owned[e]] == k; ++e) {
+      const uint32_t c = owned[e];
+      const uint32_t from = map_.owner(c);
+      in = in && (from == me ? closed || applied_[chunk_seg_[c]]
+                             : ChunksIn(from, v, {c}, /*whole=*/false));
+    }
+    if (in) ready.emplace_back(k, std::vector<uint32_t>(owned.begin() + i, owned.begin() + e));
+    i = e;
+  }
+  if (ready.empty()) return 0;
+  // Copied under mu_ (the chunks taken over sit in incoming_), in the
+  // order the new layout will have them; the packets point into the copy.
+  const uint32_t pf = config_.endpoint.payload_floats();
+  std::vector<std::vector<PacketSpan>> packets(ready.size());
+  for (size_t r = 0; r < ready.size(); ++r) {
+    size_t floats = 0;
+    for (uint32_t c : ready[r].second) floats += layout_.chunk(c).floats;
+    auto buf = std::make_unique<std::vector<float>>(floats);
+    size_t at = 0;
+    for (uint32_t c : ready[r].second) {
+      const uint32_t n = layout_.chunk(c).floats;
+      const uint32_t from = map_.owner(c);
+      const float* src = nullptr;
+      if (from == me) {
+        src = params_.data() + local_.at(c);
+      } else {
+        for (const Incoming& in : incoming_[from]) {
+          if (in.plan == v) src = in.chunks.at(c).state.data();
+        }
+      }
+      std::copy_n(src, n, buf->data() + at);
+      transport::AppendPackets(c, buf->data() + at, n, pf, true, &packets[r]);
+      at += n;
+    }
+    ahead_.buffers.push_back(std::move(buf));
+    sent_.segs[ready[r].first] = true;
+  }
+  // Who had every segment sent ahead: Broadcast sends them to the others.
+  const std::vector<Peer> to = workers_;
+  std::vector<Peer> all;
+  for (const Peer& p : sent_.to) {
+    if (std::find(to.begin(), to.end(), p) != to.end()) all.push_back(p);
+  }
+  sent_.to = std::move(all);
+  stats_.segments_ahead += ready.size();  // counted before they go, as StreamReady's
+  changed_.SignalAll();                   // AwaitStats
+  mu_.Unlock();
+  transport::SendOptions options;
+  options.plan = v;
+  for (size_t r = 0; r < ready.size(); ++r) {
+    for (const Peer& w : to) {
+      ahead_.flows.push_back(endpoint_->Send(w, t, packets[r], options));
+      ahead_.to.push_back({w, uint32_t(ready[r].first)});
+    }
+  }
+  mu_.Lock();
+  return ready.size();
+}
+
 void ShardServer::Run() {
   using Clock = std::chrono::steady_clock;
   const RealClock* mono = RealClock::Get();  // the endpoint's clock: traces line up
@@ -1150,6 +1253,7 @@ void ShardServer::Run() {
         for (auto& [peer, slot] : slots_) all = all && slot.done;
         if (all) break;
         if (StreamReady(t, &stream_partial) > 0) continue;
+        if (StreamAhead(t + 1, false) > 0) continue;
         if (changed_.WaitWithDeadline(&mu_, deadline)) {
           by_deadline = true;
           break;

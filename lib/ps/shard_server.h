@@ -137,6 +137,10 @@ struct ShardServerStats {
   double last_aggregate_ms = 0;
   // Segments applied and sent before their round closed (pipelining).
   uint64_t segments_streamed = 0;
+  // Segments of a plan's first round sent before the switch that opens
+  // it (StreamAhead): during the round before, or while the chunks taken
+  // over were still coming.
+  uint64_t segments_ahead = 0;
   uint64_t checkpoints_offered = 0;  // snapshots handed to the writer
   double last_snapshot_ms = 0;       // the round thread's copy for the newest
   double last_round_ms = 0;
@@ -248,6 +252,13 @@ class ShardServer : public transport::Receiver {
   // completed and sends them as round t + 1's, unlocking meanwhile.
   // Returns how many (0: none ready, or segments not streamed now).
   size_t StreamReady(uint32_t t, uint64_t* partial_elements) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Round t is a switch's first (its plan is not the one followed yet),
+  // mu_ held: sends the live workers each segment of this server's under
+  // that plan whose every chunk is here: kept ones once their step for
+  // round t - 1 was applied (all of them once `closed`), taken-over ones
+  // once their parameters came. Broadcast(t) sends only the rest. Unlocks
+  // while sending; returns how many segments went.
+  size_t StreamAhead(uint32_t t, bool closed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Segment k's packets of a snapshot laid out like params_.
   std::vector<transport::PacketSpan> SegmentPackets(const float* base, size_t k) const;
   // segs_ and chunk_seg_ for the plan followed (owned_ and local_ set).
@@ -358,6 +369,19 @@ class ShardServer : public transport::Receiver {
     std::vector<transport::Peer> to;
   };
   Sent sent_;
+  // A switch's first round sent ahead (StreamAhead; which segments and
+  // to whom: sent_): the copies it was sent from and its flows, until
+  // Broadcast adds them to in_flight_; ahead_kept_ then holds the copies
+  // until ReleaseSnapshot has seen those flows end.
+  struct Ahead {
+    int64_t iteration = -1;
+    uint32_t plan = 0;
+    std::vector<std::unique_ptr<std::vector<float>>> buffers;
+    std::vector<std::shared_ptr<transport::SendHandle>> flows;
+    std::vector<BcastTo> to;
+  };
+  Ahead ahead_;
+  std::vector<std::unique_ptr<std::vector<float>>> ahead_kept_[2];
   std::thread thread_;
   std::atomic<bool> stop_{false};
 
