@@ -142,6 +142,9 @@ int PolicyCommand(const std::vector<std::string>& pos, const Connection& c, std:
       w.BeginObject().Key("unix_ms").Int(d.unix_ms()).Key("why").String(d.why());
       w.Key("server_throughput_bytes_per_second").BeginArray();
       for (double r : d.server_throughput_bytes_per_second()) w.Double(r);
+      w.EndArray();
+      w.Key("server_throughput_source").BeginArray();
+      for (const std::string& from : d.server_throughput_source()) w.String(from);
       w.EndArray().EndObject();
     }
     w.EndArray();

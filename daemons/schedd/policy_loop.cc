@@ -357,6 +357,7 @@ std::optional<v1::Policy> PolicyLoop::Tick(const PolicyJob& job, const LinkTable
   v1::Policy next = current_;
   std::string load_why, batch_why;
   last_rates_.clear();
+  last_sources_.clear();
   rebased_ = false;
   const bool load =
       job.load_policy != "average" && DecideLoad(job, links, now_ms, &next, &load_why);
@@ -408,6 +409,7 @@ void PolicyLoop::Record(int64_t now_ms) {
   d.set_unix_ms(now_ms);
   d.set_why(last_decision_);
   for (double r : last_rates_) d.add_server_throughput_bytes_per_second(r);
+  for (const std::string& from : last_sources_) d.add_server_throughput_source(from);
   decisions_.push_back(std::move(d));
   if (decisions_.size() > kDecisionsMax) decisions_.pop_front();
 }
@@ -488,7 +490,8 @@ bool PolicyLoop::DecideBatches(const PolicyJob& job, v1::Policy* next, std::stri
 
 absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTable& links,
                                               int64_t now_ms, int64_t since_ms,
-                                              const std::vector<int64_t>* server_chunks) {
+                                              const std::vector<int64_t>* server_chunks,
+                                              std::vector<std::string>* source) {
   const size_t servers = job.servers.size();
   // Each psd's host: the largest of two lower bounds on what its access
   // link carries, both from training traffic.
@@ -523,16 +526,22 @@ absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTa
         loaded.count(host) > 0 ? job.window_ms() : kIdlePeriods * job.update_time_ms;
     return std::max(now_ms - back, since_ms);
   };
-  std::map<std::string, double> best;  // by host
+  std::map<std::string, double> best;          // by host
+  std::map<std::string, std::string> best_of;  // the link it came from
   for (const v1::LinkReport& l : links.All()) {
     const std::string from = job.HostOf(l.from_node_id()), to = job.HostOf(l.to_node_id());
     // A link within a host never crosses its access link.
     if (from == to) continue;
     for (const std::string* h : {&from, &to}) {
-      best[*h] = std::max(best[*h], FastestSince(l, fresh(*h)));
+      const double r = FastestSince(l, fresh(*h));
+      if (r > best[*h]) {
+        best[*h] = r;
+        if (source != nullptr) best_of[*h] = l.from_node_id() + ">" + l.to_node_id();
+      }
     }
   }
   std::vector<double> rate(servers, 0.0);
+  if (source != nullptr) source->assign(servers, "");
   for (size_t s = 0; s < servers; ++s) {
     const std::string h = job.HostOf(job.servers[s]);
     std::vector<std::string> nodes;
@@ -542,7 +551,9 @@ absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTa
     if (nodes.empty()) nodes.push_back(job.servers[s]);
     const int64_t from_ms =
         std::min(fresh(h), std::max(now_ms - 2 * LinkTable::kHostWindowMs, since_ms));
-    rate[s] = std::max(best[h], links.PeakRate(nodes, from_ms, now_ms));
+    const double peak = links.PeakRate(nodes, from_ms, now_ms);
+    rate[s] = std::max(best[h], peak);
+    if (source != nullptr) (*source)[s] = best[h] >= peak ? "link " + best_of[h] : "traffic";
     if (rate[s] <= 0) {
       return absl::UnavailableError(absl::StrCat("no link of ", job.servers[s],
                                                  "'s host measured in the last ",
@@ -619,12 +630,20 @@ std::vector<size_t> LiftFedHosts(const PolicyJob& job, const std::vector<int64_t
 }
 
 void ReadOwnLinks(const PolicyJob& job, const LinkTable& links, int64_t now_ms, int64_t since_ms,
-                  const std::vector<size_t>& own, std::vector<double>* rate) {
+                  const std::vector<size_t>& own, std::vector<double>* rate,
+                  std::vector<std::string>* source) {
   if (own.empty()) return;
-  absl::StatusOr<std::vector<double>> recent = HostRates(job, links, now_ms, since_ms);
+  std::vector<std::string> recent_source;
+  absl::StatusOr<std::vector<double>> recent =
+      HostRates(job, links, now_ms, since_ms, nullptr, &recent_source);
   if (!recent.ok() || recent->size() != rate->size()) return;
   for (size_t s : own) {
-    if (s < rate->size()) (*rate)[s] = std::min((*rate)[s], (*recent)[s]);
+    if (s >= rate->size()) continue;
+    if (source != nullptr && s < source->size()) {
+      if ((*recent)[s] < (*rate)[s]) (*source)[s] = recent_source[s];
+      (*source)[s] += ", own link";
+    }
+    (*rate)[s] = std::min((*rate)[s], (*recent)[s]);
   }
 }
 
@@ -663,7 +682,9 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   }
   const std::vector<int64_t> in_force(current_.server_chunks().begin(),
                                       current_.server_chunks().end());
-  absl::StatusOr<std::vector<double>> rate = HostRates(job, links, now_ms, since_ms, &in_force);
+  std::vector<std::string> source;
+  absl::StatusOr<std::vector<double>> rate =
+      HostRates(job, links, now_ms, since_ms, &in_force, &source);
   if (!rate.ok()) {
     *why = std::string(rate.status().message());
     return false;
@@ -697,13 +718,15 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
     }
     if (held) {
       (*rate)[s] = std::max((*rate)[s], fastest);
+      source[s] += ", lifted";
       lifted.push_back(s);
     } else {
       pending.push_back(s);
     }
   }
-  ReadOwnLinks(job, links, now_ms, since_ms, own, &*rate);
+  ReadOwnLinks(job, links, now_ms, since_ms, own, &*rate, &source);
   last_rates_ = *rate;
+  last_sources_ = source;
   if (wrong) map_redecided_ = true;  // this look is its early decision
   // Measurement noise does not move chunks: only a host whose throughput
   // moved by more than update_rate since the plan in force was made.

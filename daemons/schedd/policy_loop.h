@@ -186,10 +186,13 @@ struct PolicyJob {
 // counts. A host none of whose servers holds a chunk in server_chunks
 // (the map in force; null: every host holds some) is read over the last
 // kIdlePeriods periods. Unavailable while a server's host has neither.
+// `source`, when set, gets what each reading came from ("link FROM>TO"
+// or "traffic"; PolicyDecision::server_throughput_source).
 constexpr int64_t kIdlePeriods = 3;
 absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTable& links,
                                               int64_t now_ms, int64_t since_ms = 0,
-                                              const std::vector<int64_t>* server_chunks = nullptr);
+                                              const std::vector<int64_t>* server_chunks = nullptr,
+                                              std::vector<std::string>* source = nullptr);
 
 // A host whose psds hold fewer chunks than a probe's worth under the map
 // in force (`chunks`: none, or too few for their flows to be timed) shows
@@ -238,7 +241,8 @@ std::vector<size_t> LiftFedHosts(const PolicyJob& job, const std::vector<int64_t
 // server's rate becomes its host's reading over the last window, where
 // lower; none changes while some host has no reading in the window.
 void ReadOwnLinks(const PolicyJob& job, const LinkTable& links, int64_t now_ms, int64_t since_ms,
-                  const std::vector<size_t>& own, std::vector<double>* rate);
+                  const std::vector<size_t>& own, std::vector<double>* rate,
+                  std::vector<std::string>* source = nullptr);
 
 class PolicyLoop {
  public:
@@ -355,7 +359,8 @@ class PolicyLoop {
   v1::Policy current_;
   std::vector<v1::Policy> history_;
   std::string last_decision_;
-  std::vector<double> last_rates_;  // DecideLoad's host throughputs, this tick
+  std::vector<double> last_rates_;         // DecideLoad's host throughputs, this tick
+  std::vector<std::string> last_sources_;  // and what each came from
   // DecideLoad kept the map and made this tick's readings its basis: the
   // next ticks compare with them, so the decision is recorded whenever it
   // comes, between periods too.

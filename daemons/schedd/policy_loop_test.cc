@@ -380,6 +380,16 @@ TEST_CASE("a saturated host reads what all its flows carried at once", "[policy]
   CHECK(plan->server_throughput_bytes_per_second(1) == 2e6);
   CHECK(plan->server_chunks(0) == 7);
   CHECK(plan->server_chunks(1) == 13);
+  // The decision says where each reading came from.
+  const v1::PolicyDecision& d = loop.decisions().back();
+  REQUIRE(d.server_throughput_source_size() == 2);
+  CHECK(d.server_throughput_source(0) == "traffic");
+  CHECK(d.server_throughput_source(1) == "link w2>p1");
+  // The first map's readings were h0's links alone (both at 0.4 MB/s:
+  // the first of them read).
+  const v1::PolicyDecision& first = loop.decisions().front();
+  REQUIRE(first.server_throughput_source_size() == 2);
+  CHECK(first.server_throughput_source(0).rfind("link ", 0) == 0);
 }
 
 TEST_CASE("a map's successor is made only from readings taken after it settled", "[policy]") {
@@ -906,6 +916,8 @@ TEST_CASE("an idle host is lifted once its newer pushes show it fed too", "[poli
     REQUIRE(decisions.size() >= 2);
     CHECK(decisions[decisions.size() - 2].unix_ms() == 11500);
     CHECK(decisions[decisions.size() - 2].server_throughput_bytes_per_second(2) == 40);
+    CHECK(decisions[decisions.size() - 2].server_throughput_source(2).find(", lifted") !=
+          std::string::npos);
     CHECK(decisions.back().unix_ms() == 12000);  // the period's
     CHECK(decisions.back().server_throughput_bytes_per_second(2) == 40);
     CHECK(whys.back().find("within 0.1 of the plan's") != std::string::npos);
