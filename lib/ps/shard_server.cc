@@ -651,13 +651,18 @@ void ShardServer::FillBubbles(Slot& slot) {
 void ShardServer::ReleaseSnapshot(uint32_t iteration) {
   const int b = iteration % 2;
   for (auto& h : in_flight_[b]) endpoint_->Cancel(h);
-  // The copies a switch's round was sent ahead from go once their flows
-  // are over (a cancel takes effect on the endpoint's thread). Two rounds
-  // on, every worker that stayed had them long ago.
-  if (!ahead_kept_[b].empty()) {
-    for (auto& h : in_flight_[b]) h->Wait(absl::InfiniteDuration());
-    ahead_kept_[b].clear();
+  // A cancel takes effect on the endpoint's thread, which reads the
+  // snapshot (or a copy sent ahead of a switch) until then: the buffer is
+  // rewritten, grown after a switch, or freed only once the flows are
+  // over. Two rounds on, every worker that stayed had them long ago, so
+  // this rarely waits. Stopped meanwhile, the destructor waits for them.
+  for (auto& h : in_flight_[b]) {
+    while (!h->done()) {  // Wait is false for a cancelled flow, done or not
+      h->Wait(absl::Milliseconds(100));
+      if (stop_) return;
+    }
   }
+  ahead_kept_[b].clear();
   in_flight_[b].clear();
   in_flight_to_[b].clear();
 }

@@ -235,7 +235,8 @@ class ShardServer : public transport::Receiver {
                    uint32_t plan);
   // Cancels what is still being sent from the snapshot buffer of
   // `iteration` (the one two rounds back: a worker not done with it is
-  // gone or far behind), so it can be written.
+  // gone or far behind) and waits for those flows to end, so it can be
+  // written, grown or freed.
   void ReleaseSnapshot(uint32_t iteration);
   // The optimizer step of round t over local floats [lo, hi), from the
   // mean of `inputs` (each floats_ long), tile by tile while each is in
