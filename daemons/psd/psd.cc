@@ -50,7 +50,7 @@ void DeclarePsdConfig(ConfigSchema* schema, PsdConfig* c) {
 class Psd::Jobs final : public JobRunner {
  public:
   explicit Jobs(Psd* psd)
-      : JobRunner(psd->runtime_->logger().WithComponent("job")),
+      : JobRunner(psd->runtime_->logger().WithComponent("job"), psd->runtime_->node_id()),
         psd_(psd),
         data_metrics_(psd->runtime_->registry(), "psd") {
     prometheus::Registry& r = psd->runtime_->registry();

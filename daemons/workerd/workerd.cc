@@ -37,7 +37,7 @@ void DeclareWorkerdConfig(ConfigSchema* schema, WorkerdConfig* c) {
 class Workerd::Jobs final : public JobRunner {
  public:
   explicit Jobs(Workerd* w)
-      : JobRunner(w->runtime_->logger().WithComponent("job")),
+      : JobRunner(w->runtime_->logger().WithComponent("job"), w->runtime_->node_id()),
         w_(w),
         data_metrics_(w->runtime_->registry(), "workerd") {
     prometheus::Registry& r = w->runtime_->registry();

@@ -11,7 +11,8 @@ bool Ended(v1::JobState s) {
 
 }  // namespace
 
-JobRunner::JobRunner(Logger logger) : log_(std::move(logger)) {}
+JobRunner::JobRunner(Logger logger, std::string node_id)
+    : log_(std::move(logger)), self_(std::move(node_id)) {}
 
 JobRunner::~JobRunner() { Shutdown(); }
 
@@ -77,7 +78,6 @@ void JobRunner::TakeLinkReports(const std::string& self, v1::ReportLinksRequest*
   absl::flat_hash_map<std::string, std::string> names;
   {
     absl::MutexLock lock(&mu_);
-    self_ = self;
     if (!has_job_ || !adaptive_) return;
     names = PeerNamesOf(current_);
   }
@@ -172,12 +172,13 @@ void JobRunner::Loop() {
     }
     absl::Status s;
     absl::StatusOr<JobSpec> spec = ParseJobSpec(a.spec_yaml(), a.job_id());
-    // Links are measured afresh for each job (other peers, other paths).
+    // Links are measured afresh for each job (other peers, other paths),
+    // and flows from this host's other nodes never cross its access link.
+    // (The id came with the first link report once, and a job assigned
+    // by the first heartbeat, before it, counted them for its whole run:
+    // a host's traffic read up to twice its link.)
     meter_.Reset();
-    {
-      absl::MutexLock lock(&mu_);
-      meter_.SetLocalIp(DataIpOf(a, self_));
-    }
+    meter_.SetLocalIp(DataIpOf(a, self_));
     if (spec.ok()) {
       // A sample older than schedd's window says nothing it reads.
       meter_.SetConfig({uint64_t(spec->probe_chunk_bytes), uint32_t(spec->probe_chunk_num),

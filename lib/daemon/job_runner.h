@@ -38,7 +38,9 @@ namespace hetps {
 
 class JobRunner : public JobHandler {
  public:
-  explicit JobRunner(Logger logger);
+  // `node_id`: this node's (its entry among a job's members names its
+  // data address, whose traffic the link meter leaves out).
+  JobRunner(Logger logger, std::string node_id);
   ~JobRunner() override;  // subclasses must call Shutdown() in theirs
 
   void Start();
@@ -100,7 +102,7 @@ class JobRunner : public JobHandler {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   std::string error_ ABSL_GUARDED_BY(mu_);
   bool adaptive_ ABSL_GUARDED_BY(mu_) = false;  // the running job reports its links
-  std::string self_ ABSL_GUARDED_BY(mu_);       // this node's id (TakeLinkReports)
+  const std::string self_;                      // this node's id
 };
 
 }  // namespace hetps
