@@ -173,10 +173,8 @@ void JobRunner::Loop() {
     absl::Status s;
     absl::StatusOr<JobSpec> spec = ParseJobSpec(a.spec_yaml(), a.job_id());
     // Links are measured afresh for each job (other peers, other paths),
-    // and flows from this host's other nodes never cross its access link.
-    // (The id came with the first link report once, and a job assigned
-    // by the first heartbeat, before it, counted them for its whole run:
-    // a host's traffic read up to twice its link.)
+    // and flows from this host's other nodes never cross its access link:
+    // counted, they read a host's traffic above its link.
     meter_.Reset();
     meter_.SetLocalIp(DataIpOf(a, self_));
     if (spec.ok()) {
