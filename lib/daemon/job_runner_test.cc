@@ -9,6 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "catch2/catch.hpp"
 #include "lib/base/clock.h"
+#include "lib/transport/test_flows.h"
 
 namespace hetps {
 namespace {
@@ -42,15 +43,7 @@ void AddMember(google::protobuf::RepeatedPtrField<v1::JobMember>* to, const std:
   m->set_alive(true);
 }
 
-transport::FlowResult Flow(uint64_t bytes, uint32_t packets, uint64_t first_us, uint64_t last_us) {
-  transport::FlowResult r;
-  r.total_packets = r.received = packets;
-  r.bytes = bytes;
-  r.first_us = first_us;
-  r.last_us = last_us;
-  r.closed_us = last_us;
-  return r;
-}
+using transport::testing::ReceivedFlow;
 
 // The flows between a host's own nodes never cross its access link, and
 // its traffic (what schedd reads a loaded host's throughput from) leaves
@@ -78,8 +71,8 @@ TEST_CASE("a node's traffic leaves out its host's own flows from the job's first
   const uint64_t now = RealClock::Get()->MonotonicMicros();
   const transport::Peer beside{htonl(0x0A000001), htons(7001)};
   const transport::Peer other{htonl(0x0A000002), htons(7001)};
-  psd.link_meter().OnFlow(beside, Flow(1'000'000, 100, now - 100'000, now));
-  psd.link_meter().OnFlow(other, Flow(10'000, 10, now - 100'000, now));
+  psd.link_meter().OnFlow(beside, ReceivedFlow(1'000'000, 100, now - 100'000, now));
+  psd.link_meter().OnFlow(other, ReceivedFlow(10'000, 10, now - 100'000, now));
   v1::ReportLinksRequest req;
   psd.TakeLinkReports("psd-0", &req);
   REQUIRE(req.has_traffic());

@@ -4,17 +4,13 @@
 #include <catch2/catch.hpp>
 #include <vector>
 
+#include "lib/transport/test_flows.h"
+
 namespace hetps {
 namespace {
 
-transport::FlowResult Flow(uint64_t bytes, uint32_t packets, uint64_t first_us, uint64_t last_us) {
-  transport::FlowResult r;
-  r.total_packets = r.received = packets;
-  r.bytes = bytes;
-  r.first_us = first_us;
-  r.last_us = last_us;
-  return r;
-}
+// (Tests below shadow it with a Spaced of their own.)
+constexpr auto Flow = &transport::testing::ReceivedFlow;
 
 // The one link's estimate (none yet: samples 0).
 LinkSample Only(LinkMeter& m) {

@@ -1055,12 +1055,7 @@ size_t ShardServer::StreamReady(uint32_t t, uint64_t* partial_elements) {
   if (sent_.iteration != int64_t(t) + 1 || sent_.plan != plan) {
     sent_ = Sent{int64_t(t) + 1, plan, std::vector<bool>(segs_.size(), false), to};
   }
-  // Who had every streamed segment: Broadcast sends them to the others.
-  std::vector<Peer> all;
-  for (const Peer& p : sent_.to) {
-    if (std::find(to.begin(), to.end(), p) != to.end()) all.push_back(p);
-  }
-  sent_.to = std::move(all);
+  sent_.KeepOnly(to);
   for (size_t k : ready) applied_[k] = true;
   {
     // Counted before they go: a worker that has one sees it counted.
@@ -1134,13 +1129,8 @@ size_t ShardServer::StreamAhead(uint32_t t, bool closed) {
     ahead_.buffers.push_back(std::move(buf));
     sent_.segs[ready[r].first] = true;
   }
-  // Who had every segment sent ahead: Broadcast sends them to the others.
   const std::vector<Peer> to = workers_;
-  std::vector<Peer> all;
-  for (const Peer& p : sent_.to) {
-    if (std::find(to.begin(), to.end(), p) != to.end()) all.push_back(p);
-  }
-  sent_.to = std::move(all);
+  sent_.KeepOnly(to);
   stats_.segments_ahead += ready.size();  // counted before they go, as StreamReady's
   changed_.SignalAll();                   // AwaitStats
   mu_.Unlock();

@@ -43,6 +43,7 @@
 #ifndef HETPS_LIB_PS_SHARD_SERVER_H_
 #define HETPS_LIB_PS_SHARD_SERVER_H_
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -367,7 +368,16 @@ class ShardServer : public transport::Receiver {
     int64_t iteration = -1;
     uint32_t plan = 0;
     std::vector<bool> segs;
-    std::vector<transport::Peer> to;
+    std::vector<transport::Peer> to;  // had every segment sent so far
+    // Segments just went to `now`: only those of `to` among them had
+    // every one (Broadcast sends them to the others).
+    void KeepOnly(const std::vector<transport::Peer>& now) {
+      std::vector<transport::Peer> all;
+      for (const transport::Peer& p : to) {
+        if (std::find(now.begin(), now.end(), p) != now.end()) all.push_back(p);
+      }
+      to = std::move(all);
+    }
   };
   Sent sent_;
   // A switch's first round sent ahead (StreamAhead; which segments and

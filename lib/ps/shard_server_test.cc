@@ -266,6 +266,28 @@ void PushChunks(transport::Endpoint& worker, const Peer& server, uint32_t iterat
   REQUIRE(h->Wait(absl::Seconds(20)));
 }
 
+// Injects packets [lo, hi) of `packets` into the network as flow
+// `flow_id` from `from` to `to`, forged as a worker's push of `iteration`
+// under `plan`: a test holds some back to order what the server sees.
+void InjectPush(transport::SimNetwork& net, transport::testing::Forger& forge, const Peer& from,
+                const Peer& to, const std::vector<transport::PacketSpan>& packets, uint32_t flow_id,
+                uint32_t iteration, uint32_t plan, size_t lo, size_t hi) {
+  for (size_t i = lo; i < hi; ++i) {
+    Header h;
+    h.flow_id = flow_id;
+    h.seq = uint32_t(i);
+    h.total_packets = uint32_t(packets.size());
+    h.chunk_id = packets[i].chunk_id;
+    h.chunk_offset = packets[i].chunk_offset;
+    h.iteration = iteration;
+    h.plan = plan;
+    std::vector<uint8_t> body(packets[i].floats * sizeof(float));
+    std::memcpy(body.data(), packets[i].data, body.size());
+    const std::vector<uint8_t> d = forge(h, body, from);
+    net.Inject(from, to, d.data(), d.size());
+  }
+}
+
 TEST_CASE("a checkpoint after the step holds the broadcast parameters and the momentum",
           "[shard_server][checkpoint]") {
   const uint64_t n = 10000;
@@ -569,20 +591,7 @@ TEST_CASE("a segment every worker pushed is applied and sent before its round cl
   transport::AppendPackets(1, threes.data() + chunk, chunk, pf, false, &packets);
   transport::testing::Forger forge(w.wc.key, 0xB0B);
   auto send = [&](size_t from, size_t to) {
-    for (size_t i = from; i < to; ++i) {
-      Header h;
-      h.flow_id = 900;
-      h.seq = uint32_t(i);
-      h.total_packets = uint32_t(packets.size());
-      h.chunk_id = packets[i].chunk_id;
-      h.chunk_offset = packets[i].chunk_offset;
-      h.iteration = 0;
-      h.plan = 1;
-      std::vector<uint8_t> body(packets[i].floats * sizeof(float));
-      std::memcpy(body.data(), packets[i].data, body.size());
-      const std::vector<uint8_t> d = forge(h, body, b_addr);
-      net.Inject(b_addr, server->local(), d.data(), d.size());
-    }
+    InjectPush(net, forge, b_addr, server->local(), packets, 900, 0, 1, from, to);
   };
   send(0, first);
   // Segment 0 of round 1 reaches both workers while round 0 is open.
@@ -746,20 +755,7 @@ TEST_CASE("a switch's first round streams each segment once its chunks are here"
   transport::AppendPackets(1, ones.data() + chunk, chunk, pf, false, &packets);
   transport::testing::Forger forge(wc.key, 0xA11);
   auto send = [&](size_t from, size_t to) {
-    for (size_t i = from; i < to; ++i) {
-      Header h;
-      h.flow_id = 901;
-      h.seq = uint32_t(i);
-      h.total_packets = uint32_t(packets.size());
-      h.chunk_id = packets[i].chunk_id;
-      h.chunk_offset = packets[i].chunk_offset;
-      h.iteration = 0;
-      h.plan = 1;
-      std::vector<uint8_t> body(packets[i].floats * sizeof(float));
-      std::memcpy(body.data(), packets[i].data, body.size());
-      const std::vector<uint8_t> d = forge(h, body, kWorkerAddr);
-      net.Inject(kWorkerAddr, server->local(), d.data(), d.size());
-    }
+    InjectPush(net, forge, kWorkerAddr, server->local(), packets, 901, 0, 1, from, to);
   };
   send(0, first);
   // Chunk 0, kept, is stepped and goes as round 1's first segment under plan 2.

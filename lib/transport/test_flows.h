@@ -24,6 +24,18 @@ namespace hetps {
 namespace transport {
 namespace testing {
 
+// A flow as its receiver reports it: `packets` packets, `bytes` of
+// payload in all, the first arriving at first_us and the last at last_us.
+inline FlowResult ReceivedFlow(uint64_t bytes, uint32_t packets, uint64_t first_us,
+                               uint64_t last_us) {
+  FlowResult r;
+  r.total_packets = r.received = packets;
+  r.bytes = bytes;
+  r.first_us = first_us;
+  r.last_us = last_us;
+  return r;
+}
+
 // A fixed data key for tests (id 1 unless asked otherwise).
 inline DataKey TestKey(uint8_t id = 1, uint8_t fill = 0x5A) {
   DataKey k;
