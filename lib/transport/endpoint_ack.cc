@@ -131,8 +131,9 @@ uint64_t ShareRate(IngressRate& recent, uint64_t active_since_us, uint64_t now) 
 }  // namespace
 
 // The max-min fair share of this endpoint's ingress among the peers
-// sending to it now (FairShareBps over their recent rates; 0 with fewer
-// than two): ACKs carry it in btlbw_kbps, and the senders cap their pacing
+// sending to it now (FairShareBps over their recent rates; for one alone,
+// the capacity where others shared it lately, else 0): ACKs carry it in
+// btlbw_kbps, and the senders cap their pacing
 // at it (congestion.h, SetRateCap). Senders whose RTprop to us is that of
 // an unpaced path (loopback, one LAN) neither pace nor cross the link the
 // share divides: they do not count. The capacity is the busy-span rate,
@@ -152,7 +153,17 @@ uint64_t Endpoint::Impl::IngressShareBps(uint64_t now) {
     peer_max = std::max(peer_max, f.btlbw_bps);
     rtprop_max = std::max(rtprop_max, f.rtprop_us);
   }
-  if (share_peers.size() < 2) {
+  if (share_peers.size() >= 2) ingress_shared_us = now;
+  // A sender alone gets the link as its share where others shared it
+  // lately (a worker's pulls from several psds, a psd's pushes): the
+  // others finished, and the link's capacity is known. Uncapped, its
+  // controller restarts from BtlBw at 2.89x (congestion.h, Room) and
+  // overruns the queue, and the bursts read the link fast. Not a sender
+  // that has been alone all along: C then is its own rate, held by
+  // another bottleneck, and would hold it there.
+  if (share_peers.empty() ||
+      (share_peers.size() == 1 &&
+       (ingress_shared_us == 0 || now - ingress_shared_us > kSharedIngressMemoryUs))) {
     ingress_lift.Reset();
     return 0;
   }
@@ -163,9 +174,9 @@ uint64_t Endpoint::Impl::IngressShareBps(uint64_t now) {
     share_rates.push_back(ShareRate(link.recent, link.active_since_us, now));
     room = room || link.clean;
   }
-  return FairShareBps(
-      LiftedCapacity(&ingress_lift, ingress.link_rate_bps(now), peer_max, now, room, rtprop_max),
-      share_rates);
+  const uint64_t c =
+      LiftedCapacity(&ingress_lift, ingress.link_rate_bps(now), peer_max, now, room, rtprop_max);
+  return share_rates.size() == 1 ? c : FairShareBps(c, share_rates);
 }
 
 uint64_t Endpoint::Impl::LiftedCapacity(ShareLift* lift, uint64_t span_bps, uint64_t peer_max_bps,

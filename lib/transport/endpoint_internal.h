@@ -235,6 +235,7 @@ struct Endpoint::Impl {
   std::vector<size_t> share_order;        // SetRateCaps' scratch
   std::vector<PeerState*> share_states;   // SetRateCaps' scratch
   ShareLift ingress_lift, egress_lift;    // congestion.h, "Share lift"
+  uint64_t ingress_shared_us = 0;         // last time two counted senders shared our ingress
 
   // Event loop (endpoint.cc).
   uint64_t last_gc_us = 0;

@@ -405,6 +405,75 @@ TEST_CASE("the receiver's fair share reaches its senders' caps", "[endpoint]") {
   CHECK(absl::ToDoubleSeconds(hb->elapsed()) >= floor_s);
 }
 
+// A worker's pull: psds send it segments through its 10 Mbit/s downlink
+// (10 ms each way, a queue of 20 ms and a 32 KB burst, as tbf), one
+// sender's part (8 chunks) ending before the other's (32). Eight rounds
+// 300 ms apart; in the first five the receiver measures its link (busy
+// spans). Returns the fastest the long part was paced once alone in the
+// last three, the cap it had then, and the datagrams the downlink
+// dropped in them. With one sender only, the same for it alone.
+struct LonePull {
+  uint64_t pacing_max_bps = 0;
+  uint64_t cap_alone_bps = UINT64_MAX;  // smallest while alone (UINT64_MAX: never capped)
+  uint64_t dropped = 0;
+};
+LonePull LonePullRounds(bool two) {
+  LinkImpairment wan;
+  wan.delay_us = 10'000;
+  SimRun run(23, wan);
+  EndpointConfig c = Config();
+  const uint32_t pf = c.payload_floats();
+  const std::vector<float> longer = Pattern(size_t{32} * kChunkFloats, 8);
+  const std::vector<float> shorter = Pattern(size_t{8} * kChunkFloats, 9);
+  Assembler rx(longer.size() + shorter.size());
+  Endpoint* w = run.Add(c, &rx);
+  run.net().SetDownlink(w->local(), 10'000'000, 25'000 + 32'768);
+  Endpoint* a = run.Add(c, nullptr);
+  Endpoint* b = run.Add(c, nullptr);
+  LonePull out;
+  for (uint32_t r = 1; r <= 8; ++r) {
+    const uint64_t dropped = run.net().stats().queue_dropped;
+    std::vector<std::shared_ptr<SendHandle>> h;
+    h.push_back(a->Send(w->local(), r, Packets(longer, 0, pf)));
+    if (two) h.push_back(b->Send(w->local(), r, Packets(shorter, 32, pf)));
+    REQUIRE(run.RunUntil(
+        [&] {
+          if (r > 5 && (!two || h[1]->done()) && !h[0]->done()) {
+            for (const PeerEstimate& p : a->GetStats().peers) {
+              out.pacing_max_bps = std::max(out.pacing_max_bps, p.pacing_rate_bps);
+              out.cap_alone_bps = std::min(out.cap_alone_bps, p.rate_cap_bps);
+            }
+          }
+          return AllDone(h);
+        },
+        absl::Seconds(30)));
+    for (auto& x : h) REQUIRE(x->status().ok());
+    if (r > 5) out.dropped += run.net().stats().queue_dropped - dropped;
+    run.RunFor(absl::Milliseconds(300));
+  }
+  CHECK(std::equal(longer.begin(), longer.end(), rx.buf().begin()));
+  return out;
+}
+
+// Once the other sender is done, the one left gets the receiver's link as
+// its share, and stays near it: lifted with no share, it went back to
+// startup from its BtlBw (the link: it had it alone at each round's end)
+// and paced at 2.89 x that into a queue of 20 ms, which dropped. A sender
+// that has been alone all along gets no share (C is then only its own
+// rate, which a share would hold it to).
+TEST_CASE("a sender left alone at a shared receiver gets the link as its share", "[endpoint]") {
+  const LonePull two = LonePullRounds(true), one = LonePullRounds(false);
+  INFO("left alone: paced up to " << two.pacing_max_bps / 1e6 << " Mbit/s, capped at least at "
+                                  << two.cap_alone_bps / 1e6 << ", " << two.dropped
+                                  << " dropped; alone all along: paced up to "
+                                  << one.pacing_max_bps / 1e6 << ", cap " << one.cap_alone_bps);
+  CHECK(two.cap_alone_bps > 0);  // capped all through (at first, the share of two)
+  CHECK(two.cap_alone_bps <= 12'500'000);
+  CHECK(two.pacing_max_bps <= 15'000'000);
+  CHECK(two.dropped == 0);
+  CHECK(one.cap_alone_bps == 0);
+}
+
 // A flow's round trips (FlowTiming::rtt_*): never under the path's
 // propagation, and over a slow link a queue shows as a spread. 5 ms each
 // way, 10 Mbit/s; a first flow's startup builds a queue at the link.
