@@ -750,7 +750,15 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
         if (moved_at_ms_[s] == 0 || fed_ms < moved_at_ms_[s]) moved_at_ms_[s] = fed_ms;
         back_at_ms_[s] = 0;
       } else if (by > job.update_rate) {
-        if (moved_at_ms_[s] == 0) moved_at_ms_[s] = now_ms;
+        // A rise shows at its first probe: it began about now. A drop shows
+        // once every reading of the window is low (a reading is the best
+        // probe of its window), so it began before the window did; dated
+        // half a window back, the wait below still gives the drops of the
+        // same change on other hosts, whose last probes at the old rate
+        // aged out a little later, half a window to show.
+        const int64_t began =
+            (*rate)[s] < was ? std::max(since_ms, now_ms - job.window_ms() / 2) : now_ms;
+        if (moved_at_ms_[s] == 0) moved_at_ms_[s] = began;
         back_at_ms_[s] = 0;
       } else if (moved_at_ms_[s] != 0) {
         if (back_at_ms_[s] == 0) back_at_ms_[s] = now_ms;

@@ -958,19 +958,19 @@ TEST_CASE("a map is made as soon as a period of readings allows it", "[policy]")
   CHECK(!loop.Tick(job, links, 8750));
   CHECK(loop.last_decision().find("waiting for 1 s of readings since") != std::string::npos);
   // h1 drops too before the window is over: the wait starts again from
-  // the last host to move.
+  // the last host to move. A drop shows once the window's readings are
+  // all low, so it counts as begun half a window before it was found
+  // (8750), and a window of readings since then ends at 9750, not 10250.
   REQUIRE(links.Record("p0", Link("w2", "p0", 3e6), 9200).ok());
   REQUIRE(links.Record("w2", Link("p1", "w2", 1e6), 9200).ok());
   CHECK(!loop.Tick(job, links, 9250));
-  CHECK(loop.last_decision().find("the last 0 s ago") != std::string::npos);
-  REQUIRE(links.Record("p0", Link("w2", "p0", 3e6), 10200).ok());
-  REQUIRE(links.Record("w2", Link("p1", "w2", 1e6), 10200).ok());
-  CHECK(!loop.Tick(job, links, 10000));
-  plan = loop.Tick(job, links, 10250);
+  CHECK(loop.last_decision().find("the last 0.5 s ago") != std::string::npos);
+  CHECK(!loop.Tick(job, links, 9500));
+  plan = loop.Tick(job, links, 9750);
   REQUIRE(plan.has_value());
-  CHECK(plan->issued_unix_ms() == 10250);
+  CHECK(plan->issued_unix_ms() == 9750);
   CHECK(plan->server_chunks(0) == 15);
-  CHECK(loop.decisions().back().unix_ms() == 10250);
+  CHECK(loop.decisions().back().unix_ms() == 9750);
   CHECK(loop.decisions().back().why().find("issued version 3") == 0);
 }
 
@@ -1006,7 +1006,8 @@ TEST_CASE("a host that flickers across update_rate does not restart the wait", "
     CHECK(r->loop.last_decision().find("within 0.1") != std::string::npos);
     REQUIRE(r->links.Record("w2", Link("p1", "w2", 1e6), 8900).ok());
     CHECK(!r->loop.Tick(r->job, r->links, 9000));
-    CHECK(r->loop.last_decision().find("the last 0 s ago") != std::string::npos);
+    // A drop: begun half a window before it was found.
+    CHECK(r->loop.last_decision().find("the last 0.5 s ago") != std::string::npos);
     REQUIRE(r->links.Record("w2", Link("p1", "w2", 3e6), 9200).ok());
     CHECK(!r->loop.Tick(r->job, r->links, 9250));
     CHECK(r->loop.last_decision().find("within 0.1") != std::string::npos);
@@ -1033,7 +1034,7 @@ TEST_CASE("a host that flickers across update_rate does not restart the wait", "
     }
     REQUIRE(r.links.Record("w2", Link("p1", "w2", 1e6), 10900).ok());
     CHECK(!r.loop.Tick(r.job, r.links, 11000));
-    CHECK(r.loop.last_decision().find("the last 0 s ago") != std::string::npos);
+    CHECK(r.loop.last_decision().find("the last 0.5 s ago") != std::string::npos);
   }
 }
 
@@ -1060,7 +1061,7 @@ TEST_CASE("hosts that keep beginning to move do not hold a map back", "[policy]"
     const int64_t first = 9250 + 750 * host;
     return ms >= first && (ms - first) % 2500 == 0 ? 1.5e6 : 1e6;
   };
-  const int64_t kMoveMs = 9000;  // the look that saw h3 drop
+  const int64_t kMoveMs = 8500;  // h3's drop, seen at 9000: half a window before
   LinkTable links;
   PolicyLoop loop;
   std::optional<int64_t> at;  // when the map after h3's drop came
