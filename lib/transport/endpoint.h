@@ -321,7 +321,8 @@ struct PeerEstimate {
   uint64_t congestion_rounds = 0;
   // Fair-share cap on the pacing rate (congestion.h SetRateCap): the
   // receiver's advertised share of its ingress or this endpoint's egress
-  // share, whichever is smaller; 0: none (one flow alone).
+  // share, whichever is smaller; 0: none (one flow alone, where no other
+  // shared the receiver's ingress lately).
   uint64_t rate_cap_bps = 0;
   bool in_startup = false;
   uint64_t inflight_bytes = 0;
