@@ -34,8 +34,10 @@
 // pacing rates add up to several times the link. The endpoint measures
 // the shared link's capacity C (IngressRate::link_rate_bps, raised to one
 // peer's BtlBw: ShareCapacityBps) and each flow's recent rate, and sets
-// the cap to the max-min fair level R (FairShareBps). After startup a
-// flow paces at its own gain cycle but never above 1.25 x R: C is
+// the cap to the max-min fair level R (FairShareBps); a flow left alone
+// at a receiver others shared lately gets C itself (IngressShareBps),
+// not a lifted cap (Room, below). After startup a flow paces at its own
+// gain cycle but never above 1.25 x R: C is
 // measured from what the flows achieve, so a cap at R itself would hold
 // them at a share of an underestimate; the headroom lets probes lift C.
 // R is also a floor: after startup, with no congestion cut in force, a
