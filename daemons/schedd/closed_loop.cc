@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "daemons/schedd/policy_loop.h"
 #include "lib/sim/flow_network.h"
+#include "lib/sim/sharded_round.h"
 
 namespace hetps {
 namespace {
@@ -53,6 +54,11 @@ class Cluster {
       job_.host_of[job_.servers.back()] = job_.host_of[job_.workers.back()] =
           "10.0.0." + std::to_string(h);
     }
+    layout_.hosts = hosts_;
+    for (int h = 0; h < hosts_; ++h) {
+      layout_.server_host.push_back(h);
+      layout_.worker_host.push_back(h);
+    }
     counts_.assign(hosts_, 0);
     for (int64_t c = 0; c < kChunks; ++c) ++counts_[c * hosts_ / kChunks];
   }
@@ -76,33 +82,12 @@ class Cluster {
       settle_version_ = version_;
     }
     Advance(start + kComputeS);
-    // Each psd's share in segments; a pair's segments go one after
-    // another, and a psd sends a segment back to every worker once every
-    // worker's copy of it arrived (the live psd closes segments as they
-    // complete), so pushes and pulls overlap as in the cluster.
-    flows_.clear();
-    push_q_.assign(size_t(hosts_ * hosts_), {});
-    pull_q_.assign(size_t(hosts_ * hosts_), {});
-    busy_.assign(size_t(2 * hosts_ * hosts_), false);
-    arrived_.assign(size_t(hosts_), {});
-    seg_bytes_.assign(size_t(hosts_), {});
-    pulls_left_ = 0;
-    for (int b = 0; b < hosts_; ++b) {
-      const double share = kModelBytes * double(counts_[b]) / double(kChunks);
-      const int n = int(std::ceil(share / kSegmentBytes));
-      for (int k = 0; k < n; ++k) {
-        seg_bytes_[b].push_back(std::min(kSegmentBytes, share - k * kSegmentBytes));
-      }
-      arrived_[b].assign(size_t(n), 1);  // the worker beside the psd: no link
-      pulls_left_ += n * (hosts_ - 1);
-      for (int a = 0; a < hosts_; ++a) {
-        if (a == b) continue;
-        for (int k = 0; k < n; ++k) push_q_[a * hosts_ + b].push_back(k);
-        Next(0, a, b);
-      }
-    }
-    while (pulls_left_ > 0) {
-      for (int64_t tag : Advance(net_->NextCompletion())) Done(flows_[size_t(tag)]);
+    std::vector<double> share;
+    for (int64_t c : counts_) share.push_back(kModelBytes * double(c) / double(kChunks));
+    round_.emplace(net_.get(), layout_, share, kSegmentBytes);
+    round_->Start();
+    while (!round_->done()) {
+      for (int64_t tag : Advance(net_->NextCompletion())) round_->Finish(tag);
     }
     if (settle_version_ != 0 && job_.plan_settled_ms == 0) {
       job_.plan_settled_ms = UnixMs(net_->now());
@@ -120,7 +105,7 @@ class Cluster {
       const double next = std::min({t, next_bin_, next_look_});
       std::vector<int64_t> done;
       net_->AdvanceTo(next, &done);
-      for (int64_t tag : done) Probe(flows_[size_t(tag)]);
+      for (int64_t tag : done) Probe(round_->flow(tag));
       finished.insert(finished.end(), done.begin(), done.end());
       if (next >= next_bin_) Bin();
       if (next >= next_look_) Look();
@@ -133,56 +118,18 @@ class Cluster {
   double now() const { return net_->now(); }
 
  private:
-  struct Flow {
-    std::string from, to;
-    double bytes;
-    double start;
-    int dir, a, b, seg;  // dir 0: worker a pushes to psd b; 1: psd b to worker a
-  };
-
-  // Starts the pair's next queued segment unless one is on the way.
-  void Next(int dir, int a, int b) {
-    const size_t pair = size_t(a * hosts_ + b);
-    std::deque<int>& q = dir == 0 ? push_q_[pair] : pull_q_[pair];
-    if (busy_[size_t(dir) * hosts_ * hosts_ + pair] || q.empty()) return;
-    const int k = q.front();
-    q.pop_front();
-    busy_[size_t(dir) * hosts_ * hosts_ + pair] = true;
-    const double bytes = seg_bytes_[b][size_t(k)];
-    const int64_t tag = int64_t(flows_.size());
-    if (dir == 0) {
-      net_->Start({2 * a, 2 * b + 1}, bytes, tag);
-      flows_.push_back({job_.workers[a], job_.servers[b], bytes, net_->now(), 0, a, b, k});
-    } else {
-      net_->Start({2 * b, 2 * a + 1}, bytes, tag);
-      flows_.push_back({job_.servers[b], job_.workers[a], bytes, net_->now(), 1, a, b, k});
-    }
-  }
-
-  void Done(const Flow& f) {
-    busy_[size_t(f.dir) * hosts_ * hosts_ + size_t(f.a * hosts_ + f.b)] = false;
-    if (f.dir == 0) {
-      if (++arrived_[f.b][size_t(f.seg)] == hosts_) {
-        for (int a = 0; a < hosts_; ++a) {
-          if (a == f.b) continue;
-          pull_q_[a * hosts_ + f.b].push_back(f.seg);
-          Next(1, a, f.b);
-        }
-      }
-    } else {
-      --pulls_left_;
-    }
-    Next(f.dir, f.a, f.b);
-  }
-
-  void Probe(const Flow& f) {
+  void Probe(const sim::ShardedRound::Flow& f) {
     const double end = net_->now();
     // The meter ignores spans below probe_bytes (64 KB): a segment's tail.
     if (f.bytes < kSegmentBytes) return;
-    double rate = f.bytes / std::max(1e-9, end - f.start);
+    double rate = f.bytes / std::max(1e-9, end - f.start_s);
     if (o_.noise > 0)
       rate *= std::uniform_real_distribution<double>(1 - o_.noise, 1 + o_.noise)(rng_);
-    Meter& m = meters_[{f.from, f.to}];
+    const std::string& worker = job_.workers[size_t(f.worker)];
+    const std::string& server = job_.servers[size_t(f.server)];
+    const std::string& from = f.push ? worker : server;
+    const std::string& to = f.push ? server : worker;
+    Meter& m = meters_[{from, to}];
     m.samples.emplace_back(end, rate);
     m.bytes += uint64_t(f.bytes);
     while (m.samples.size() > 4) m.samples.pop_front();
@@ -195,14 +142,14 @@ class Cluster {
       p->set_bytes_per_second(r);
       p->set_age_ms(uint64_t(std::llround((end - e) * 1000)));
     }
-    l.set_from_node_id(f.from);
-    l.set_to_node_id(f.to);
+    l.set_from_node_id(from);
+    l.set_to_node_id(to);
     l.set_throughput_bytes_per_second(best);
     l.set_rtt_ms(20);
     l.set_bytes_observed(m.bytes);
     l.set_flow_bytes(uint64_t(f.bytes));
     l.set_sample_age_ms(uint64_t(std::llround((end - best_end) * 1000)));
-    (void)links_.Record(f.to, l, UnixMs(end));
+    (void)links_.Record(to, l, UnixMs(end));
   }
 
   // What each host's link delivered in the bin that ends now, as its
@@ -253,12 +200,8 @@ class Cluster {
   PolicyLoop loop_;
   LinkTable links_;
   std::map<std::pair<std::string, std::string>, Meter> meters_;
-  std::vector<Flow> flows_;
-  std::vector<std::deque<int>> push_q_, pull_q_;  // by worker host * H + psd host
-  std::vector<bool> busy_;
-  std::vector<std::vector<int>> arrived_;       // by psd host, segment: copies in
-  std::vector<std::vector<double>> seg_bytes_;  // by psd host
-  int pulls_left_ = 0;
+  sim::ShardedLayout layout_;
+  std::optional<sim::ShardedRound> round_;  // the round under way
   std::vector<int64_t> counts_;
   std::optional<std::vector<int64_t>> pending_;
   uint64_t version_ = 1;
