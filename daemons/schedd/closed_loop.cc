@@ -48,6 +48,8 @@ class Cluster {
         std::min<int64_t>(job_.update_time_ms, std::max<int64_t>(2000, job_.update_time_ms / 2));
     job_.num_chunks = kChunks;
     job_.probe_chunks = int64_t(std::ceil(kSegmentBytes / kChunkBytes));  // as schedd
+    job_.chunk_bytes = kChunkBytes;
+    job_.segment_chunks = int64_t(kSegmentBytes / kChunkBytes);
     for (int h = 0; h < hosts_; ++h) {
       job_.servers.push_back("psd-" + std::to_string(h));
       job_.workers.push_back("worker-" + std::to_string(h));

@@ -9,6 +9,7 @@
 #include "lib/policy/adlb.h"
 #include "lib/policy/policy_value.h"
 #include "lib/policy/wlbs.h"
+#include "lib/sim/sharded_round.h"
 
 namespace hetps {
 
@@ -251,6 +252,85 @@ double MapCost(const std::vector<int64_t>& counts, const std::vector<double>& ra
     sum += x * x * x * x;
   }
   return d->max_time_s * std::sqrt(std::sqrt(sum));
+}
+
+double ModelRound(const PolicyJob& job, const std::vector<int64_t>& counts,
+                  const std::vector<double>& rate) {
+  const size_t servers = job.servers.size();
+  if (!(job.chunk_bytes > 0) || servers == 0 || servers > kRoundModelServersMax ||
+      counts.size() != servers || rate.size() != servers) {
+    return 0;
+  }
+  sim::ShardedLayout layout;
+  std::map<std::string, int> host_index;
+  std::vector<double> host_Bps;
+  double total = 0;
+  std::vector<double> share;
+  for (size_t s = 0; s < servers; ++s) {
+    auto [it, added] = host_index.emplace(job.HostOf(job.servers[s]), layout.hosts);
+    if (added) {
+      ++layout.hosts;
+      host_Bps.push_back(rate[s]);
+    }
+    layout.server_host.push_back(it->second);
+    share.push_back(double(std::max<int64_t>(counts[s], 0)) * job.chunk_bytes);
+    total += share.back();
+  }
+  for (const std::string& w : job.workers) {
+    if (job.gone.count(w)) continue;
+    auto it = host_index.find(job.HostOf(w));
+    if (it == host_index.end()) return 0;
+    layout.worker_host.push_back(it->second);
+  }
+  const double segment =
+      job.segment_chunks > 0 ? double(job.segment_chunks) * job.chunk_bytes : total;
+  return sim::ShardedRoundTime(layout, host_Bps, share, segment);
+}
+
+std::vector<int64_t> FastestByRound(const PolicyJob& job, const std::vector<double>& rate,
+                                    const std::vector<int64_t>& counts) {
+  const size_t servers = rate.size();
+  double best_s = ModelRound(job, counts, rate);
+  if (best_s <= 0) return counts;
+  const std::vector<int64_t> probe = ProbeChunks(job);
+  std::vector<int64_t> best = counts;
+  std::vector<bool> out(servers, false);
+  // A host left out gains the others nothing when ADLB's map for them is
+  // the same map; a model within this fraction is no better (float noise).
+  constexpr double kBetter = 1e-3;
+  while (true) {
+    std::optional<size_t> drop;
+    std::vector<int64_t> drop_counts;
+    double drop_s = best_s * (1 - kBetter);
+    for (size_t s = 0; s < servers; ++s) {
+      // Only a host lighter than an even share: the model is trusted to
+      // weigh a light psd's tail against its bytes, not to restructure
+      // the map (every psd's traffic is also what measures its host).
+      if (out[s] || best[s] <= probe[s] || best[s] * int64_t(servers) >= job.num_chunks) continue;
+      std::vector<double> kept;
+      for (size_t k = 0; k < servers; ++k) {
+        if (!out[k] && k != s) kept.push_back(rate[k]);
+      }
+      if (kept.empty()) continue;
+      absl::StatusOr<std::vector<double>> part = PolicyShares("adlb", kept);
+      if (!part.ok()) continue;
+      std::vector<double> shares(servers, 0);
+      for (size_t k = 0, i = 0; k < servers; ++k) {
+        if (!out[k] && k != s) shares[k] = (*part)[i++];
+      }
+      const std::vector<int64_t> c = WithProbes(ChunkCounts(shares, job.num_chunks), probe);
+      const double t = ModelRound(job, c, rate);
+      if (t > 0 && t < drop_s) {
+        drop = s;
+        drop_s = t;
+        drop_counts = c;
+      }
+    }
+    if (!drop) return best;
+    out[*drop] = true;
+    best = std::move(drop_counts);
+    best_s = drop_s;
+  }
 }
 
 absl::StatusOr<std::vector<uint32_t>> WlbsBatches(const std::vector<double>& speed,
@@ -814,7 +894,8 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
     *why = std::string(shares.status().message());
     return false;
   }
-  const std::vector<int64_t> counts = WithProbes(ChunkCounts(*shares, chunks), ProbeChunks(job));
+  std::vector<int64_t> counts = WithProbes(ChunkCounts(*shares, chunks), ProbeChunks(job));
+  if (job.load_policy == "adlb") counts = FastestByRound(job, *rate, counts);
   // ADLB's own cost model decides whether a new map pays: a fast host is
   // only ever measured as fast as its slower peers let it move (its
   // estimate follows the plan), so its throughput swings without any
@@ -822,7 +903,9 @@ bool PolicyLoop::DecideLoad(const PolicyJob& job, const LinkTable& links, int64_
   // shorter by more than kMapGain x update_rate moves chunks, by MapCost:
   // where one host sets every map's round, it tells apart a map that
   // loads another host up to near that bound from one that leaves it
-  // room, and a fast host's swinging readings barely move it.
+  // room, and a fast host's swinging readings barely move it. (The
+  // round model does not: its rounds do not vary, and a host loaded to
+  // near the bound costs it nothing.)
   if ((job.load_policy == "adlb" || job.load_policy == "adlb-alg1") &&
       current_.server_chunks_size() == int(servers)) {
     const double was = MapCost(in_force, *rate);

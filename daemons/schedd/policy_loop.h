@@ -127,6 +127,30 @@ double PredictedTransfer(const std::vector<int64_t>& counts, const std::vector<d
 // PredictedTransfer. O(S).
 double MapCost(const std::vector<int64_t>& counts, const std::vector<double>& rate);
 
+// The round model (docs/policy.md, "Round model"): one round of servers
+// holding `counts` chunks at these host throughputs (by server, bytes/s),
+// as lib/sim's sharded round runs it over the job's hosts, in s. Eq. 9
+// counts each host's bytes; a round's end also depends on when they can
+// move: a psd sends a segment back only once every worker pushed it, so
+// every psd holding chunks adds its last segment to the tail each
+// worker's downlink carries after the slowest push. 0 where the model
+// does not cover the job: no chunk_bytes, a worker on a host with no
+// psd (its link is not read), over kRoundModelServersMax servers, or
+// sizes that differ. O(flows x hosts) per flow.
+constexpr size_t kRoundModelServersMax = 16;
+double ModelRound(const PolicyJob& job, const std::vector<int64_t>& counts,
+                  const std::vector<double>& rate);
+
+// ADLB's map (`counts`, with probes) for these throughputs, or the map
+// ADLB makes with some hosts left out, whichever the round model calls
+// fastest: leaving out, greedily, the host whose removal shortens the
+// modelled round most, while one does. Eq. 9 gives a host a few chunks
+// wherever its bytes fit under the slowest host's; their last segment
+// can cost more than they spare the others. `counts` itself where the
+// round model does not cover the job. O(S^2) round models.
+std::vector<int64_t> FastestByRound(const PolicyJob& job, const std::vector<double>& rate,
+                                    const std::vector<int64_t>& counts);
+
 // WLBS (docs/plan.md): the global batch split over the workers in
 // proportion to their speeds (samples per compute second, each > 0), each
 // 1 to batch_max, summing to workers x batch_size. O(W^2) worst case.
@@ -157,7 +181,11 @@ struct PolicyJob {
   int64_t window_ms() const { return measure_window_ms > 0 ? measure_window_ms : update_time_ms; }
   double update_rate = 0.1;
   int64_t num_chunks = 0;
-  int64_t probe_chunks = 1;          // chunks a psd keeps to stay measured
+  int64_t probe_chunks = 1;  // chunks a psd keeps to stay measured
+  // A chunk's bytes and the chunks per broadcast segment (0: one flow per
+  // psd), for the round model; chunk_bytes 0: no round model (Eq. 9).
+  double chunk_bytes = 0;
+  int64_t segment_chunks = 0;
   std::vector<std::string> servers;  // node ids by server index
   // Every member's host (its data address's IP), by node id: the nodes
   // of one host share its access link.

@@ -654,6 +654,8 @@ void Schedd::RunPolicy() {
   const int64_t chunk_bytes = spec->chunk_size * int64_t(sizeof(float));
   job.probe_chunks =
       std::max<int64_t>(1, (spec->probe_chunk_bytes + chunk_bytes - 1) / chunk_bytes);
+  job.chunk_bytes = double(chunk_bytes);
+  job.segment_chunks = spec->SegmentChunks();
   for (const v1::JobMember& m : a->servers()) job.servers.push_back(m.node_id());
   job.batch_policy = spec->batch_policy;
   job.batch_size = uint32_t(spec->batch_size);
