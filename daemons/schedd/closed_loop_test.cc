@@ -20,13 +20,14 @@ TEST_CASE("ideal readings: every permutation recovered within 2 periods + 1 roun
                   << c.rates_mbit[3] << ": recovered " << c.recovered_s << " s, goal " << c.goal_s
                   << ", settled " << c.settled_s << " against " << c.best_s);
     CHECK(c.met);
-    CHECK(c.settled_s <= 1.1 * c.best_s);
-    CHECK(c.versions.size() == 1);  // one map per change
+    // ADLB's map for the true rates or better: the round model leaves out
+    // the light host ADLB's map for the readings gives a few chunks.
+    CHECK(c.settled_s <= 1.02 * c.best_s);
+    // One map per change: each change needed one (a scenario where
+    // nothing moves would test nothing), and none more.
+    CHECK(c.versions.size() == 1);
     CHECK(c.best_s > 0);
   }
-  // The old map is not good enough under the new rates: each change needed
-  // its map (a scenario where nothing moves would test nothing).
-  CHECK(r[0].recovered_s > 1);
 }
 
 // Each probe off by up to half its max-min share, at random: the rule
