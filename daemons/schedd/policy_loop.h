@@ -313,7 +313,7 @@ class PolicyLoop {
   // share cancels in their ratio, while a map that keeps a host near the
   // slowest one loaded shows a gain below update_rate at decision after
   // decision and stays for good, that much slower (docs/awareness.md).
-  static constexpr double kMapGain = 0.6;
+  static constexpr double kMapGain = 0.4;
 
   // A new plan to issue (version > 1), or none: not due yet, the map in
   // force not measured for a whole period since it settled (below),
