@@ -257,7 +257,7 @@ double MapCost(const std::vector<int64_t>& counts, const std::vector<double>& ra
 double ModelRound(const PolicyJob& job, const std::vector<int64_t>& counts,
                   const std::vector<double>& rate) {
   const size_t servers = job.servers.size();
-  if (!(job.chunk_bytes > 0) || servers == 0 || servers > kRoundModelServersMax ||
+  if (!(job.chunk_bytes > 0) || servers == 0 || servers > kRoundModelPairsMax ||
       counts.size() != servers || rate.size() != servers) {
     return 0;
   }
@@ -282,6 +282,7 @@ double ModelRound(const PolicyJob& job, const std::vector<int64_t>& counts,
     if (it == host_index.end()) return 0;
     layout.worker_host.push_back(it->second);
   }
+  if (servers * layout.worker_host.size() > kRoundModelPairsMax) return 0;
   const double segment =
       job.segment_chunks > 0 ? double(job.segment_chunks) * job.chunk_bytes : total;
   return sim::ShardedRoundTime(layout, host_Bps, share, segment);

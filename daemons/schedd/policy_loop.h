@@ -135,9 +135,10 @@ double MapCost(const std::vector<int64_t>& counts, const std::vector<double>& ra
 // every psd holding chunks adds its last segment to the tail each
 // worker's downlink carries after the slowest push. 0 where the model
 // does not cover the job: no chunk_bytes, a worker on a host with no
-// psd (its link is not read), over kRoundModelServersMax servers, or
-// sizes that differ. O(flows x hosts) per flow.
-constexpr size_t kRoundModelServersMax = 16;
+// psd (its link is not read), over kRoundModelPairsMax servers x
+// workers (a round's flows), or sizes that differ. O(flows x hosts) per
+// flow.
+constexpr size_t kRoundModelPairsMax = 256;
 double ModelRound(const PolicyJob& job, const std::vector<int64_t>& counts,
                   const std::vector<double>& rate);
 

@@ -1163,6 +1163,24 @@ TEST_CASE("the round model covers psds and workers on hosts it can read", "[poli
   shared.host_of["p4"] = "10.0.0.0";
   CHECK(ModelRound(shared, {15, 0, 0, 29, 14}, rate) ==
         Approx(ModelRound(shared, {29, 0, 0, 29, 0}, rate)).epsilon(0.05));
+  // At most kRoundModelPairsMax server-worker pairs: 16 x 16, not 16 x 17.
+  PolicyJob big;
+  big.chunk_bytes = 16384;
+  big.segment_chunks = 4;
+  std::vector<int64_t> big_counts;
+  std::vector<double> big_rate;
+  for (int h = 0; h < 16; ++h) {
+    const std::string n = std::to_string(h);
+    big.servers.push_back("p" + n);
+    big.workers.push_back("w" + n);
+    big.host_of["p" + n] = big.host_of["w" + n] = "10.0.1." + n;
+    big_counts.push_back(4);
+    big_rate.push_back(100e6 / 8);
+  }
+  CHECK(ModelRound(big, big_counts, big_rate) > 0);
+  big.workers.push_back("w16");
+  big.host_of["w16"] = "10.0.1.0";
+  CHECK(ModelRound(big, big_counts, big_rate) == 0);
   // One flow per psd without segments: slower than pipelined segments.
   PolicyJob whole = PairedHostsJob();
   whole.segment_chunks = 0;
