@@ -50,14 +50,12 @@ class Cluster {
     job_.probe_chunks = int64_t(std::ceil(kSegmentBytes / kChunkBytes));  // as schedd
     job_.chunk_bytes = kChunkBytes;
     job_.segment_chunks = int64_t(kSegmentBytes / kChunkBytes);
+    layout_.hosts = hosts_;
     for (int h = 0; h < hosts_; ++h) {
       job_.servers.push_back("psd-" + std::to_string(h));
       job_.workers.push_back("worker-" + std::to_string(h));
       job_.host_of[job_.servers.back()] = job_.host_of[job_.workers.back()] =
           "10.0.0." + std::to_string(h);
-    }
-    layout_.hosts = hosts_;
-    for (int h = 0; h < hosts_; ++h) {
       layout_.server_host.push_back(h);
       layout_.worker_host.push_back(h);
     }

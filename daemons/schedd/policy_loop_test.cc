@@ -1102,21 +1102,14 @@ TEST_CASE("the predicted transfer is ADLB's slowest node", "[policy]") {
 // The testbed's job: 4 hosts with a psd and a worker each, the mlp in
 // 58 chunks of 16 KiB, 64 KiB segments (bench/adaptive.sh).
 PolicyJob PairedHostsJob() {
-  PolicyJob job;
+  PolicyJob job = FourHostJob();
   job.job_id = "job-1";
   job.load_policy = "adlb";
   job.update_time_ms = 1000;
-  job.update_rate = 0.1;
   job.num_chunks = 58;
   job.probe_chunks = 4;
   job.chunk_bytes = 16384;
   job.segment_chunks = 4;
-  for (int h = 0; h < 4; ++h) {
-    const std::string n = std::to_string(h);
-    job.servers.push_back("p" + n);
-    job.workers.push_back("w" + n);
-    job.host_of["p" + n] = job.host_of["w" + n] = "10.0.0." + n;
-  }
   return job;
 }
 
@@ -1152,7 +1145,7 @@ TEST_CASE("the round model covers psds and workers on hosts it can read", "[poli
   CHECK(ModelRound(no_chunks, counts, rate) == 0);
   // A worker on a host with no psd: nothing reads that host's link.
   job.workers.push_back("w9");
-  job.host_of["w9"] = "10.0.0.9";
+  job.host_of["w9"] = "h9";
   CHECK(ModelRound(job, counts, rate) == 0);
   job.gone.insert("w9");  // gone from the job: the rest is covered
   CHECK(ModelRound(job, counts, rate) > 0);
@@ -1160,7 +1153,7 @@ TEST_CASE("the round model covers psds and workers on hosts it can read", "[poli
   // holding both shares, where its worker pushes and pulls either way.
   PolicyJob shared = PairedHostsJob();
   shared.servers.push_back("p4");
-  shared.host_of["p4"] = "10.0.0.0";
+  shared.host_of["p4"] = shared.HostOf("p0");
   CHECK(ModelRound(shared, {15, 0, 0, 29, 14}, rate) ==
         Approx(ModelRound(shared, {29, 0, 0, 29, 0}, rate)).epsilon(0.05));
   // At most kRoundModelPairsMax server-worker pairs: 16 x 16, not 16 x 17.
