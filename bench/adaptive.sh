@@ -39,7 +39,9 @@
 # DIR/permute-plans.json, and every decision of the run with why and its
 # readings: DIR/permute-decisions.json; the link matrix every 2 s or so:
 # DIR/permute-links.txt, and how many of its reports read above what the
-# slower of their two hosts can carry; with --node_metrics, each node's
+# slower of their two hosts can carry; the packets each host's rate
+# limiters sent and dropped, per period and direction:
+# DIR/permute-drops.txt; with --node_metrics, each node's
 # per-peer transport state (BtlBw, fair-share cap, cwnd, restarts) every
 # few seconds: DIR/permute-metrics.txt (its samples cost CPU beside the
 # cluster: off for measuring changes met).
@@ -397,7 +399,13 @@ if [ "$part" = permute ]; then
     metrics_pid=$!
   fi
   sleep "$period_s"
+  # What each host's rate limiters sent and dropped over each period
+  # (testbed.sh drops; a rate change starts their counters again): the
+  # period, then one line a host.
+  drops_file="$out/permute-drops.txt"
+  : >"$drops_file"
   for c in $(seq 1 "$changes"); do
+    bash $tb drops | sed "s/^/$((c - 1)) /" >>"$drops_file" || true
     rated=()
     for i in $(seq 0 $((hosts - 1))); do
       rated+=("${r[$(((i + c) % hosts))]}")
@@ -409,6 +417,7 @@ if [ "$part" = permute ]; then
     sleep "$period_s"
   done
   end_us=$(python3 -c 'import time; print(int(time.monotonic() * 1e6))')
+  bash $tb drops | sed "s/^/$changes /" >>"$drops_file" || true
   kill "$links_pid" "$policy_pid" $metrics_pid 2>/dev/null || true
   wait "$links_pid" "$policy_pid" $metrics_pid 2>/dev/null || true
   state=$(psctl job status -o json | sed -nE 's/.*"state":"([a-z]+)".*/\1/p' | head -1)
@@ -658,5 +667,26 @@ for line in open(links_file):
 if ratios:
     print("adaptive: link reports above the slower host's rate by over 15%%: %d of %d "
           "(highest %.1fx)" % (sum(x > 1.15 for x in ratios), len(ratios), max(ratios)))
+PY
+  # Packets each host's rate limiter dropped, per period and direction
+  # (up: the host's uplink, its pushes and a psd's broadcasts; down: its
+  # downlink): where the slow host's rounds lose packets.
+  python3 - "$drops_file" "$rates" "$changes_file" <<'PY'
+import sys
+drops_file, rates, changes_file = sys.argv[1:4]
+rates = [rates.split()] + [l.split()[1:] for l in open(changes_file) if l.strip()]
+periods = {}
+for line in open(drops_file):
+    f = line.split()  # PERIOD node I up SENT DROPPED down SENT DROPPED
+    if len(f) != 9 or f[1] != "node":
+        continue
+    periods.setdefault(int(f[0]), []).append((int(f[2]), int(f[4]), int(f[5]), int(f[7]), int(f[8])))
+for k in sorted(periods):
+    cells = []
+    for i, us, ud, ds, dd in sorted(periods[k]):
+        rate = rates[k][i] if k < len(rates) and i < len(rates[k]) else "?"
+        pct = lambda d, s: 100.0 * d / (s + d) if s + d else 0.0
+        cells.append("%s Mbit/s up %.2f%% down %.2f%%" % (rate, pct(ud, us), pct(dd, ds)))
+    print("adaptive: period %d, dropped at each host's rate limiter: %s" % (k, "; ".join(cells)))
 PY
 fi

@@ -17,6 +17,9 @@
 #                                       ONE_WAY_MS (RTT 2 x that between any
 #                                       two nodes; replaces shape's delay)
 #   testbed.sh check                    user-level ping RTT, drop counters
+#   testbed.sh drops                    per node, what each direction's rate
+#                                       limiter sent and dropped (packets)
+#                                       since the node's rate was last set
 #   testbed.sh exec I CMD...            run CMD in node I
 #   testbed.sh ip I                     node I's address
 #   testbed.sh down                     remove everything (idempotent)
@@ -191,6 +194,20 @@ check() {
     sed 's/^/testbed: node 0 drops: /' || true
 }
 
+# One line a node: "node I up SENT DROPPED down SENT DROPPED", up its
+# eth0 (node -> bridge), down the bridge's v$I (bridge -> node). `rate`
+# and `shape` replace the qdiscs, which starts their counters again.
+drops() {
+  local n i
+  n=$(nodes)
+  [ "$n" -ge 1 ] || die "drops: no testbed"
+  qstat() { awk '/Sent/ { s = $4 } /dropped/ { gsub(",", "", $7); d = $7 } END { printf "%d %d", s, d }'; }
+  for i in $(seq 0 "$n"); do
+    echo "node $i up $(node "$i" tc -s qdisc show dev eth0 | qstat)" \
+      "down $(sw tc -s qdisc show dev "v$i" | qstat)"
+  done
+}
+
 down() {
   stop_delay
   local ns
@@ -210,6 +227,7 @@ case "$cmd" in
   rate) rate "${1:?rate I RATE}" "${2:?rate I RATE}" ;;
   delay_all) delay_all "${1:?delay_all ONE_WAY_MS}" ;;
   check) check ;;
+  drops) drops ;;
   exec)
     i="${1:?exec I CMD}"
     shift
@@ -228,7 +246,7 @@ case "$cmd" in
     "$@"
     ;;
   *)
-    sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
