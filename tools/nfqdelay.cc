@@ -62,6 +62,11 @@ struct State {
   std::deque<Held> held;
   uint64_t packets = 0, overflow = 0;
   size_t held_peak = 0;
+  // How late packets left, against their release time: the delay line's
+  // own jitter. Buckets: under 50 us, 200 us, 1 ms, 5 ms, and beyond.
+  uint64_t late[5] = {0, 0, 0, 0, 0};
+  uint64_t late_max_us = 0;
+  uint64_t recv_errors = 0;  // netlink reads that failed (ENOBUFS: packets never seen)
 };
 
 int OnPacket(nfq_q_handle* qh, nfgenmsg*, nfq_data* nfa, void* data) {
@@ -87,6 +92,11 @@ void Release(State* s, uint64_t now) {
   bool due = false;
   uint32_t last = 0;
   while (!s->held.empty() && s->held.front().release_us <= now) {
+    const uint64_t late = now - s->held.front().release_us;
+    if (now != UINT64_MAX) {
+      s->late[late < 50 ? 0 : late < 200 ? 1 : late < 1000 ? 2 : late < 5000 ? 3 : 4]++;
+      if (late > s->late_max_us) s->late_max_us = late;
+    }
     last = s->held.front().id;
     due = true;
     s->held.pop_front();
@@ -165,6 +175,7 @@ int main(int argc, char** argv) {
     if (r > 0) {
       for (;;) {
         const ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ++s.recv_errors;
         if (n <= 0) break;
         nfq_handle_packet(h, buf, int(n));
       }
@@ -173,6 +184,13 @@ int main(int argc, char** argv) {
   Release(&s, UINT64_MAX);
   std::fprintf(stderr, "nfqdelay: %llu packets, peak held %zu, accepted undelayed (full) %llu\n",
                (unsigned long long)s.packets, s.held_peak, (unsigned long long)s.overflow);
+  std::fprintf(stderr,
+               "nfqdelay: released late by <50 us %llu, <200 us %llu, <1 ms %llu, <5 ms %llu, "
+               ">=5 ms %llu (max %llu us); netlink read errors %llu\n",
+               (unsigned long long)s.late[0], (unsigned long long)s.late[1],
+               (unsigned long long)s.late[2], (unsigned long long)s.late[3],
+               (unsigned long long)s.late[4], (unsigned long long)s.late_max_us,
+               (unsigned long long)s.recv_errors);
   nfq_destroy_queue(s.queue);
   nfq_close(h);
   return 0;

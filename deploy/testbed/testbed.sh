@@ -30,7 +30,8 @@
 # Addresses 198.18.0.(I+1)/24 (RFC 2544 benchmarking range) exist only inside
 # the namespaces; the host's own network is not touched. The kernel has no
 # netem: rates use tbf, loss nftables `numgen random`, delay tools/nfqdelay
-# (FIFO, no jitter) behind an iptables NFQUEUE rule (no nft_queue here). Offloads are off on every veth so the shaper and the
+# (FIFO, no jitter; SCHED_FIFO where allowed) behind an iptables NFQUEUE rule
+# (no nft_queue here). Offloads are off on every veth so the shaper and the
 # filters see MTU-sized packets. HPS_TESTBED prefixes every name (default
 # hpstb) so two testbeds can coexist.
 set -euo pipefail
@@ -112,6 +113,15 @@ rate() {
   echo "testbed: node $i: $r each way"
 }
 
+# The delay line runs at a real-time priority where the kernel allows it:
+# it is the emulated network, and a release the scheduler holds back behind
+# the daemons under test is jitter, and a burst, that network does not
+# have. It sleeps between releases (tools/nfqdelay.cc), so it cannot take
+# their CPU; the kernel's RT throttling bounds it regardless. chrt execs
+# the program, so $! stays its PID.
+rt=()
+if chrt -f 20 true 2>/dev/null; then rt=(chrt -f 20); fi
+
 delay_all() {
   local ms=$1 n i
   [[ "$ms" =~ ^[0-9]+$ ]] || die "delay_all: whole milliseconds, got '$ms'"
@@ -123,7 +133,7 @@ delay_all() {
     [ "$ms" -gt 0 ] || continue
     # Each namespace has its own queues: the same number in every node.
     node "$i" iptables -t mangle -A PREROUTING -i eth0 -j NFQUEUE --queue-num $QUEUE --queue-bypass
-    ip netns exec "${P}-n$i" "$NFQDELAY" --queue=$QUEUE --delay_ms="$ms" \
+    ip netns exec "${P}-n$i" "${rt[@]}" "$NFQDELAY" --queue=$QUEUE --delay_ms="$ms" \
       >"$STATE/nfqdelay-n$i.log" 2>&1 &
     echo $! >"$STATE/nfqdelay-n$i.pid"
   done
@@ -174,7 +184,8 @@ EOF
     node 0 iptables -t mangle -A PREROUTING -i eth0 -j NFQUEUE --queue-num $QUEUE --queue-bypass
     # Not through node(): $! must be the program itself (ip netns exec
     # execs it), so that stop_delay's kill reaches it.
-    ip netns exec "${P}-n0" "$NFQDELAY" --queue=$QUEUE --delay_ms="$rtt" >"$STATE/nfqdelay.log" 2>&1 &
+    ip netns exec "${P}-n0" "${rt[@]}" "$NFQDELAY" --queue=$QUEUE --delay_ms="$rtt" \
+      >"$STATE/nfqdelay.log" 2>&1 &
     echo $! >"$STATE/nfqdelay.pid"
     sleep 0.3
     kill -0 "$(cat "$STATE/nfqdelay.pid")" 2>/dev/null || die "nfqdelay failed: $(cat "$STATE/nfqdelay.log")"
@@ -246,7 +257,7 @@ case "$cmd" in
     "$@"
     ;;
   *)
-    sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
