@@ -675,6 +675,7 @@ PY
 import sys
 drops_file, rates, changes_file = sys.argv[1:4]
 rates = [rates.split()] + [l.split()[1:] for l in open(changes_file) if l.strip()]
+pct = lambda dropped, sent: 100.0 * dropped / (sent + dropped) if sent + dropped else 0.0
 periods = {}
 for line in open(drops_file):
     f = line.split()  # PERIOD node I up SENT DROPPED down SENT DROPPED
@@ -685,7 +686,6 @@ for k in sorted(periods):
     cells = []
     for i, us, ud, ds, dd in sorted(periods[k]):
         rate = rates[k][i] if k < len(rates) and i < len(rates[k]) else "?"
-        pct = lambda d, s: 100.0 * d / (s + d) if s + d else 0.0
         cells.append("%s Mbit/s up %.2f%% down %.2f%%" % (rate, pct(ud, us), pct(dd, ds)))
     print("adaptive: period %d, dropped at each host's rate limiter: %s" % (k, "; ".join(cells)))
 PY

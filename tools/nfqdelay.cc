@@ -91,9 +91,10 @@ int OnPacket(nfq_q_handle* qh, nfgenmsg*, nfq_data* nfa, void* data) {
 void Release(State* s, uint64_t now) {
   bool due = false;
   uint32_t last = 0;
+  const bool timed = now != UINT64_MAX;  // not the release of everything at exit
   while (!s->held.empty() && s->held.front().release_us <= now) {
-    const uint64_t late = now - s->held.front().release_us;
-    if (now != UINT64_MAX) {
+    if (timed) {
+      const uint64_t late = now - s->held.front().release_us;
       s->late[late < 50 ? 0 : late < 200 ? 1 : late < 1000 ? 2 : late < 5000 ? 3 : 4]++;
       if (late > s->late_max_us) s->late_max_us = late;
     }
