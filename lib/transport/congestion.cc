@@ -395,7 +395,7 @@ double WeightedShareLevel(uint64_t capacity_bps, const std::vector<uint64_t>& ra
 
 double ShareLift::Update(uint64_t now_us, bool room, uint32_t rtprop_us) {
   if (now_us < next_us_) return lift_;
-  const uint64_t step_us = 2 * uint64_t(std::max<uint32_t>(rtprop_us, 1000));
+  const uint64_t step_us = uint64_t(step_rtprops_) * std::max<uint32_t>(rtprop_us, 1000);
   next_us_ = now_us + step_us;
   if (!room) {
     // A lift that met a queue: the spans measured the link meanwhile. One

@@ -70,13 +70,20 @@
 // flow that crosses it, so one flow through it whose round saw no queue
 // and no loss (path_clean; data packets say so in kFlagPathClean) shows
 // the link has room. While some counted flow is clean, the endpoint raises
-// the share's C by 1.25 every two RTprops (up to 8x); once none is, back
-// to the measured C, and no lift for eight steps (a link at its capacity
-// drains between BBR's probes and reads clean: the lift is its probe, as
-// the gain cycle's 1.25 is a flow's). A lift that met a queue within two
-// steps found the link full: the wait doubles, to 64 steps, until one
-// runs longer. The lifted shares let the flows deliver more, the busy
-// spans measure it, and C follows the link.
+// the share's C by 1.25 every share_lift_step_rtprops RTprops (up to 8x);
+// once none is, back to the measured C, and no lift for eight steps (a
+// link at its capacity drains between BBR's probes and reads clean: the
+// lift is its probe, as the gain cycle's 1.25 is a flow's). A lift that
+// met a queue within two steps found the link full: the wait doubles, to
+// 64 steps, until one runs longer. The lifted shares let the flows
+// deliver more, the busy spans measure it, and C follows the link.
+// A step is four RTprops, not two: a step's 25% over a full link builds
+// the queue that marks a path (half an RTprop) in two RTprops, and a
+// round that saw it reports a round trip later. Steps of two raised C
+// twice more before the first one's queue was known: at every transfer's
+// start (queues drained, paths clean) the shares reached 1.95x a full
+// link, and the drops and resends spread a worker's rounds (docs/ltp.md,
+// "Fair share").
 //
 // Room (ours). The max-filtered BtlBw only grows by the 1.25 probe once
 // per 8-round cycle: a flow that ran at a small share and is now alone
@@ -171,6 +178,8 @@ struct CongestionConfig {
   bool cap_lift = true;
   // Share lift (see above); false: shares divide the measured C.
   bool share_lift = true;
+  // Its step, in RTprops of the flows across the link (1 to 64).
+  uint32_t share_lift_step_rtprops = 4;
   // Unpaced paths (see above); 0: every path is paced.
   uint32_t unpaced_rtprop_us = 500;
   // Fair share over the sender's own egress (the endpoint's SetRateCaps):
@@ -325,9 +334,11 @@ class CongestionControl {
 // Not thread-safe; owned by the endpoint thread.
 class ShareLift {
  public:
+  explicit ShareLift(uint32_t step_rtprops = 4) : step_rtprops_(step_rtprops) {}
   // Called whenever a share is computed: `room` says whether some flow
   // across the link saw a clean path; `rtprop_us` the flows' largest
-  // RTprop (the step is two of them). Returns the factor, >= 1.
+  // RTprop (a step is step_rtprops of them, at least 1 ms each). Returns
+  // the factor, >= 1.
   double Update(uint64_t now_us, bool room, uint32_t rtprop_us);
   // No shared traffic: the next share starts from the measured capacity.
   void Reset() {
@@ -338,6 +349,7 @@ class ShareLift {
   uint64_t steps() const { return steps_; }  // raises so far
 
  private:
+  uint32_t step_rtprops_;
   double lift_ = 1;
   uint64_t next_us_ = 0;
   uint64_t hold_until_us_ = 0;

@@ -204,49 +204,55 @@ TEST_CASE("a path reads clean without a queue or a loss", "[congestion]") {
   CHECK(!cc.path_clean());  // what it knew is from before the gap
 }
 
-// ShareLift: 1.25 a step (two RTprops) while some flow is clean, up to 8;
-// back to 1 once none is, then no lift for eight steps, or for twice the
-// last wait after a lift that met a queue within two steps.
+// ShareLift: 1.25 a step (four RTprops) while some flow is clean, up to
+// 8; back to 1 once none is, then no lift for eight steps, or for twice
+// the last wait after a lift that met a queue within two steps.
 TEST_CASE("a share's lift steps while a path has room and holds after a queue", "[congestion]") {
   ShareLift lift;
   uint64_t t = 1'000'000;
-  const uint32_t rtprop = 20'000;  // a step: 40 ms
+  const uint32_t rtprop = 20'000;
+  const uint64_t step = 80'000;  // four RTprops
   CHECK(lift.Update(t, true, rtprop) == Approx(1.25));
-  CHECK(lift.Update(t + 39'000, true, rtprop) == Approx(1.25));  // within the step
-  t += 40'000;
+  CHECK(lift.Update(t + step - 1, true, rtprop) == Approx(1.25));  // within the step
+  t += step;
   CHECK(lift.Update(t, true, rtprop) == Approx(1.5625));
-  for (int i = 0; i < 20; ++i) lift.Update(t += 40'000, true, rtprop);
+  for (int i = 0; i < 20; ++i) lift.Update(t += step, true, rtprop);
   CHECK(lift.lift() == Approx(8));  // its most
   CHECK(lift.steps() == 10);        // 1.25^10 > 8: the tenth reached it
-  CHECK(lift.Update(t += 40'000, false, rtprop) == 1);
+  CHECK(lift.Update(t += step, false, rtprop) == 1);
   // Holds eight steps, then probes again.
   auto steps_held = [&] {
     int held = 0;
-    while (lift.Update(t += 40'000, true, rtprop) == 1) ++held;
+    while (lift.Update(t += step, true, rtprop) == 1) ++held;
     return held;
   };
   CHECK(steps_held() == 7);  // the eighth step is the first raise
   // Fruitless probes (a queue after one raise): 16, 32, 64, 64 steps.
   for (int want : {16, 32, 64, 64}) {
-    CHECK(lift.Update(t += 40'000, false, rtprop) == 1);
+    CHECK(lift.Update(t += step, false, rtprop) == 1);
     CHECK(steps_held() == want - 1);
   }
   // A probe that runs three steps found room: eight again.
-  lift.Update(t += 40'000, true, rtprop);
-  lift.Update(t += 40'000, true, rtprop);
-  lift.Update(t += 40'000, false, rtprop);
+  lift.Update(t += step, true, rtprop);
+  lift.Update(t += step, true, rtprop);
+  lift.Update(t += step, false, rtprop);
   CHECK(steps_held() == 7);
   // A queue while not lifted is no reason to hold.
   ShareLift flat;
   CHECK(flat.Update(t, false, rtprop) == 1);
-  CHECK(flat.Update(t + 40'000, true, rtprop) == Approx(1.25));
+  CHECK(flat.Update(t + step, true, rtprop) == Approx(1.25));
   flat.Reset();  // no shared traffic
   CHECK(flat.lift() == 1);
-  // Unpaced or unknown RTprop: steps of at least 2 ms.
+  // Unpaced or unknown RTprop: steps of at least 1 ms per RTprop.
   ShareLift fast;
   fast.Update(t, true, 0);
-  CHECK(fast.Update(t + 1'999, true, 0) == Approx(1.25));
-  CHECK(fast.Update(t + 2'000, true, 0) == Approx(1.5625));
+  CHECK(fast.Update(t + 3'999, true, 0) == Approx(1.25));
+  CHECK(fast.Update(t + 4'000, true, 0) == Approx(1.5625));
+  // Another step length: two RTprops.
+  ShareLift two(2);
+  two.Update(t, true, rtprop);
+  CHECK(two.Update(t + 39'999, true, rtprop) == Approx(1.25));
+  CHECK(two.Update(t + 40'000, true, rtprop) == Approx(1.5625));
 }
 
 // A flow whose own path (20 Mbit/s) is slower than its share (50) has its

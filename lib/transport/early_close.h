@@ -148,11 +148,12 @@ constexpr uint64_t kShareWindowUs = uint64_t(kShareBinUs) * kShareBins;
 // A peer's first flow after this long without one restarts its congestion
 // control from startup (congestion.h, Room): as BtlBw's shortest window.
 constexpr uint64_t kIdleRestartUs = 500'000;
-// A receiver whose ingress two or more senders shared this recently gives
-// a sender alone the whole link as its share (endpoint_ack.cc,
-// IngressShareBps): longer than a round of a job's pulls, so that the
-// first segment of the next round is capped too.
-constexpr uint64_t kSharedIngressMemoryUs = 2'000'000;
+// A link (a receiver's ingress, a sender's egress) that two or more flows
+// shared this recently gives a flow alone on it the whole link as its
+// share (endpoint_ack.cc, IngressShareBps and SetRateCaps): longer than a
+// round of a job's pulls, so that the first segment of the next round is
+// capped too.
+constexpr uint64_t kSharedLinkMemoryUs = 2'000'000;
 
 // The shared deadline for the largest LT among the open flows (above);
 // UINT64_MAX stays UINT64_MAX.

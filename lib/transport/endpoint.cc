@@ -149,6 +149,10 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(const EndpointConfig&
   if (config.ack_delay_max_us > 100'000) {
     return absl::InvalidArgumentError("data plane: ack_delay_max_us above 100000");
   }
+  if (config.congestion.share_lift_step_rtprops == 0 ||
+      config.congestion.share_lift_step_rtprops > 64) {
+    return absl::InvalidArgumentError("data plane: share_lift_step_rtprops outside [1, 64]");
+  }
   if (config.recv_peer_bytes_max < RecvFlowBytes(1) ||
       config.recv_bytes_max < config.recv_peer_bytes_max) {
     return absl::InvalidArgumentError(

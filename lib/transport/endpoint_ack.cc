@@ -163,7 +163,7 @@ uint64_t Endpoint::Impl::IngressShareBps(uint64_t now) {
   // another bottleneck, and would hold it there.
   if (share_peers.empty() ||
       (share_peers.size() == 1 &&
-       (ingress_shared_us == 0 || now - ingress_shared_us > kSharedIngressMemoryUs))) {
+       (ingress_shared_us == 0 || now - ingress_shared_us > kSharedLinkMemoryUs))) {
     ingress_lift.Reset();
     return 0;
   }
@@ -215,6 +215,14 @@ double Endpoint::Impl::ShareWeight(const PeerState& ps, uint64_t rate_bps) const
 // hold other senders' queues; a flow's own delivery rate can, and so
 // can the share lift: one peer whose path is clean shows that this
 // endpoint's uplink, which every one of them crosses, holds no queue.
+//
+// A peer left alone where others shared the egress lately (the last flow
+// of a worker's push) gets that capacity as its share, as a sender alone
+// at a shared receiver does (IngressShareBps): uncapped, its controller
+// went back to startup from a BtlBw it had measured beside the others
+// and paced at up to 2.89x the uplink at the end of every push. The lift
+// stands as it was while it is alone: its one path reading clean or not
+// says nothing the shared spans did not.
 void Endpoint::Impl::SetRateCaps(uint64_t now) {
   share_states.clear();
   double level = 0;  // bps per unit of weight; 0: no egress share
@@ -234,13 +242,18 @@ void Endpoint::Impl::SetRateCaps(uint64_t now) {
       rtprop_max = std::max(rtprop_max, ps->cc.rtprop_us());
       room = room || ps->cc.path_clean();
     }
-    if (share_rates.size() < 2) {
-      egress_lift.Reset();
-      share_states.clear();
-    } else {
+    if (share_rates.size() >= 2) {
+      egress_shared_us = now;
       level = WeightedShareLevel(
           LiftedCapacity(&egress_lift, egress.link_rate_bps(now), peer_max, now, room, rtprop_max),
           share_rates, share_weights, share_order);
+    } else if (share_rates.size() == 1 && egress_shared_us != 0 &&
+               now - egress_shared_us <= kSharedLinkMemoryUs) {
+      const double c = double(ShareCapacityBps(egress.link_rate_bps(now), peer_max));
+      level = c * egress_lift.lift() / share_weights[0];
+    } else {
+      egress_lift.Reset();
+      share_states.clear();
     }
   }
   for (size_t i = 0; i < share_states.size() && level > 0; ++i) {

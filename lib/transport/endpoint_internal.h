@@ -167,7 +167,9 @@ struct Endpoint::Impl {
         auth(c.authenticate,
              [this] { return this->seed != 0 ? Mix64(this->seed + ++sender_draws) : RandomU64(); }),
         early_close(c.early_close),
-        budget(c.recv_peer_bytes_max, c.recv_bytes_max) {}
+        budget(c.recv_peer_bytes_max, c.recv_bytes_max),
+        ingress_lift(c.congestion.share_lift_step_rtprops),
+        egress_lift(c.congestion.share_lift_step_rtprops) {}
 
   const EndpointConfig config;
   Receiver* const receiver;
@@ -236,6 +238,7 @@ struct Endpoint::Impl {
   std::vector<PeerState*> share_states;   // SetRateCaps' scratch
   ShareLift ingress_lift, egress_lift;    // congestion.h, "Share lift"
   uint64_t ingress_shared_us = 0;         // last time two counted senders shared our ingress
+  uint64_t egress_shared_us = 0;          // last time two paced peers shared our egress
 
   // Event loop (endpoint.cc).
   uint64_t last_gc_us = 0;

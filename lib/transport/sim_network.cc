@@ -186,6 +186,7 @@ void SimNetwork::Route(const Peer& from, const Peer& to, LinkState& link,
     const uint64_t start = std::max(now, *uplink_busy_us);
     if ((start - now) * up.rate_bps / 8'000'000 > up.queue_bytes_max) {
       ++counters_.queue_dropped;
+      ++counters_.uplink_dropped;
       return;
     }
     *uplink_busy_us = start + (uint64_t(bytes.size()) * 8'000'000 + up.rate_bps - 1) / up.rate_bps;
@@ -253,6 +254,8 @@ SimStats SimNetwork::stats() const {
   s.delivered = counters_.delivered;
   s.lost = counters_.lost;
   s.queue_dropped = counters_.queue_dropped;
+  s.uplink_dropped = counters_.uplink_dropped;
+  s.downlink_dropped = counters_.downlink_dropped;
   s.duplicated = counters_.duplicated;
   s.unroutable = counters_.unroutable;
   return s;
@@ -287,7 +290,9 @@ int SimSocket::RecvBatch(std::vector<InDatagram>* out) {
   const uint64_t now = net_->clock_->MonotonicMicros();
   {
     absl::MutexLock lock(&inbox_->mu);
-    net_->counters_.queue_dropped += inbox_->Settle(now);
+    const uint64_t dropped = inbox_->Settle(now);
+    net_->counters_.queue_dropped += dropped;
+    net_->counters_.downlink_dropped += dropped;
     if (inbox_->efd >= 0) {
       uint64_t v;  // drained: readable again only when something new is queued
       (void)!read(inbox_->efd, &v, sizeof(v));

@@ -47,8 +47,10 @@ struct LinkImpairment {
 struct SimStats {
   uint64_t sent = 0;
   uint64_t delivered = 0;
-  uint64_t lost = 0;           // by the loss probability
-  uint64_t queue_dropped = 0;  // drop-tail at a rate-limited link
+  uint64_t lost = 0;              // by the loss probability
+  uint64_t queue_dropped = 0;     // drop-tail at a rate-limited link, an uplink or a downlink
+  uint64_t uplink_dropped = 0;    // of those, at SetUplink's bottlenecks
+  uint64_t downlink_dropped = 0;  // of those, at SetDownlink's
   uint64_t duplicated = 0;
   uint64_t unroutable = 0;  // no socket at the destination
 };
@@ -136,8 +138,8 @@ class SimNetwork {
   const uint64_t seed_;
   std::atomic<uint64_t> order_{0};  // FIFO among equal arrival times
   struct Counters {
-    std::atomic<uint64_t> sent{0}, delivered{0}, lost{0}, queue_dropped{0}, duplicated{0},
-        unroutable{0};
+    std::atomic<uint64_t> sent{0}, delivered{0}, lost{0}, queue_dropped{0}, uplink_dropped{0},
+        downlink_dropped{0}, duplicated{0}, unroutable{0};
   } counters_;
   // The address table and link settings: read by every send, written by
   // Open, Close and Set*.

@@ -128,6 +128,7 @@ TEST_CASE("a rate-limited link serialises and drops at the tail of its queue", "
   const SimStats st = net.stats();
   CHECK(st.queue_dropped > 150);
   CHECK(st.queue_dropped < 200);
+  CHECK(st.uplink_dropped + st.downlink_dropped == 0);  // at the link, not at an access link
   clock.Advance(absl::Microseconds(1000));
   CHECK(Drain(**b).size() == 1);  // one 1000-byte datagram per millisecond
   clock.Advance(absl::Milliseconds(100));
@@ -162,6 +163,8 @@ TEST_CASE("a downlink serialises what all senders send to it", "[sim]") {
   const auto got = Drain(*c);
   const uint64_t dropped = net.stats().queue_dropped;
   CHECK(got.size() + dropped == 80);
+  CHECK(net.stats().downlink_dropped == dropped);
+  CHECK(net.stats().uplink_dropped == 0);
   // ~40 went through while they came, ~10 more from the full queue.
   CHECK(got.size() >= 48);
   CHECK(got.size() <= 52);
@@ -190,6 +193,8 @@ TEST_CASE("an uplink serialises what one sender sends to all its peers", "[sim]"
   const size_t got = Drain(*b).size() + Drain(*c).size();
   CHECK(got + net.stats().queue_dropped == 80);
   CHECK(got == 11);  // the one on the wire and ten waiting
+  CHECK(net.stats().uplink_dropped == net.stats().queue_dropped);
+  CHECK(net.stats().downlink_dropped == 0);
   // Another sender's datagrams do not wait behind a's.
   SendN(*b, Addr(3), 1, 1000);
   clock.Advance(absl::Microseconds(100));
