@@ -351,6 +351,7 @@ void Endpoint::Impl::Finish() {
   Publish();
   std::vector<uint32_t> ids;
   for (auto& [id, f] : flows) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());  // handles finish in a fixed order
   for (uint32_t id : ids) FinishFlow(id, absl::CancelledError("data plane: endpoint shut down"));
   std::vector<std::unique_ptr<SendFlow>> left;
   {
@@ -369,8 +370,8 @@ void Endpoint::Impl::Publish() {
   s.startup_restarts = retired.startup_restarts;
   s.cap_lift_rounds = retired.cap_lift_rounds;
   s.share_lift_steps = ingress_lift.steps() + egress_lift.steps();
-  for (auto& [peer, ps] : peers) {
-    s.peers.push_back({peer, ps->cc.btlbw_bps(), ps->cc.rtprop_us(), ps->cc.pacing_rate_bps(),
+  for (const PeerState* ps : peer_order) {
+    s.peers.push_back({ps->peer, ps->cc.btlbw_bps(), ps->cc.rtprop_us(), ps->cc.pacing_rate_bps(),
                        ps->cc.cwnd_bytes(), ps->cc.congestion_rounds(), ps->cc.rate_cap_bps(),
                        ps->cc.in_startup(), ps->inflight_bytes});
     s.congestion_rounds += ps->cc.congestion_rounds();
@@ -415,6 +416,7 @@ void Endpoint::Impl::ForgetIdlePeers(uint64_t now, uint64_t idle_us) {
       retired.undone_rounds += ps.cc.undone_rounds();
       retired.startup_restarts += ps.cc.startup_restarts();
       retired.cap_lift_rounds += ps.cc.cap_lift_rounds();
+      peer_order.erase(std::find(peer_order.begin(), peer_order.end(), &ps));
       peers.erase(it++);
     } else {
       ++it;

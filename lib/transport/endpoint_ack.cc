@@ -66,14 +66,20 @@ void Endpoint::Impl::EmitAcks(uint64_t now) {
   if (acks.empty() || next_ack_us > now) return;
   const uint64_t share_kbps = std::min<uint64_t>(IngressShareBps(now) / 1000, UINT32_MAX);
   next_ack_us = UINT64_MAX;
-  for (auto it = acks.begin(); it != acks.end();) {
-    const RecvKey& key = it->first;
-    AckBatch& batch = it->second;
+  // The due batches in a fixed order, not the table's: the ACKs reach the
+  // wire as they would in a replay.
+  acks_due.clear();
+  for (const auto& [key, batch] : acks) {
     if (batch.due_us > now) {
       next_ack_us = std::min(next_ack_us, batch.due_us);
-      ++it;
-      continue;
+    } else {
+      acks_due.push_back(key);
     }
+  }
+  std::sort(acks_due.begin(), acks_due.end());
+  for (const RecvKey& key : acks_due) {
+    auto it = acks.find(key);
+    AckBatch& batch = it->second;
     auto open = recv.find(key);
     // The flow's prefix as it is now (a flow that completed: all of it).
     uint32_t prefix = 0;
@@ -114,7 +120,7 @@ void Endpoint::Impl::EmitAcks(uint64_t now) {
       }
       QueueControl(key.peer, PacketType::kAck, h, body);
     }
-    acks.erase(it++);
+    acks.erase(it);
   }
 }
 
@@ -232,9 +238,9 @@ void Endpoint::Impl::SetRateCaps(uint64_t now) {
     uint64_t peer_max = 0;
     uint32_t rtprop_max = 0;
     bool room = false;
-    for (auto& [peer, ps] : peers) {
+    for (PeerState* ps : peer_order) {
       if (ps->flows.empty() || ps->cc.unpaced()) continue;
-      share_states.push_back(ps.get());
+      share_states.push_back(ps);
       const uint64_t rate = ShareRate(ps->acked, ps->active_since_us, now);
       share_rates.push_back(rate);
       share_weights.push_back(config.congestion.weighted_share ? ShareWeight(*ps, rate) : 1.0);
@@ -265,7 +271,7 @@ void Endpoint::Impl::SetRateCaps(uint64_t now) {
   // spans' link rate: that takes several busy bins to measure.)
   const uint64_t in_max = ingress.rate_bps(now);
   const bool ack_path_loaded = in_max > 0 && 2 * ingress_now.rate_bps(now) >= in_max;
-  for (auto& [peer, ps] : peers) {
+  for (PeerState* ps : peer_order) {
     if (ps->flows.empty()) continue;
     ps->cc.SetAckPathLoaded(ack_path_loaded);
     uint64_t cap = ps->receiver_share_bps;

@@ -8,6 +8,7 @@
 #include <deque>
 #include <memory>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -67,7 +68,8 @@ struct InflightEntry {
 };
 
 struct PeerState {
-  explicit PeerState(const CongestionConfig& c) : cc(c) {}
+  PeerState(const Peer& p, const CongestionConfig& c) : peer(p), cc(c) {}
+  const Peer peer;
   CongestionControl cc;
   uint64_t inflight_bytes = 0;
   // Bytes of this peer's active flows not acknowledged yet: its weight in
@@ -93,6 +95,10 @@ struct RecvKey {
   Peer peer;
   uint32_t flow_id;
   bool operator==(const RecvKey& o) const { return peer == o.peer && flow_id == o.flow_id; }
+  // A fixed order for what a hash table hands out in its own order.
+  bool operator<(const RecvKey& o) const {
+    return std::tie(peer.ip, peer.port, flow_id) < std::tie(o.peer.ip, o.peer.port, o.flow_id);
+  }
   template <typename H>
   friend H AbslHashValue(H h, const RecvKey& k) {
     return H::combine(std::move(h), k.peer, k.flow_id);
@@ -199,6 +205,12 @@ struct Endpoint::Impl {
   // Send side (endpoint_send.cc).
   absl::flat_hash_map<uint32_t, std::unique_ptr<SendFlow>> flows;
   absl::flat_hash_map<Peer, std::unique_ptr<PeerState>> peers;
+  // The same peers in the order they were first seen: every loop over
+  // peers whose order reaches the wire or a share goes by it, so a seeded
+  // simulation replays exactly (a hash table's order differs between
+  // processes).
+  std::vector<PeerState*> peer_order;
+  size_t send_start = 0;               // SendData serves peers from here round-robin
   std::vector<Pending> pending;        // control datagrams queued for Flush
   std::vector<OutDatagram> flush_out;  // Flush's scratch, kept to reuse its capacity
   struct {
@@ -228,6 +240,7 @@ struct Endpoint::Impl {
     uint64_t due_us = 0;  // delayed ACKs (EndpointConfig::ack_every)
   };
   absl::flat_hash_map<RecvKey, AckBatch> acks;     // ACKs not sent yet
+  std::vector<RecvKey> acks_due;                   // EmitAcks' scratch
   uint64_t next_ack_us = UINT64_MAX;               // earliest due_us in acks
   std::vector<std::vector<uint8_t>> ack_payloads;  // bodies of queued ACKs, until Flush
   IngressRate egress;                     // data bytes acknowledged, all peers (egress share)

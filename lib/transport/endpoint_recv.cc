@@ -248,6 +248,9 @@ uint64_t Endpoint::Impl::CheckEarlyClose(uint64_t now) {
     if (elapsed < f.lt_us && f.lt_us != UINT64_MAX) next = std::min(next, f.start_us + f.lt_us);
     if (deadline != UINT64_MAX) next = std::min(next, f.start_us + deadline);
   }
+  // In a fixed order: the receiver hears the closes, and the STOPs go
+  // out, as they would in a replay.
+  std::sort(due.begin(), due.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [key, reason] : due) CloseFlow(key, reason);
   // Estimates in the headers move LT: look again soon while flows are open.
   return std::min(next, now + 1000);

@@ -15,7 +15,8 @@ PeerState& Endpoint::Impl::PeerFor(const Peer& p) {
   if (slot == nullptr) {
     CongestionConfig cc = config.congestion;
     cc.packet_bytes = config.packet_bytes;
-    slot = std::make_unique<PeerState>(cc);
+    slot = std::make_unique<PeerState>(p, cc);
+    peer_order.push_back(slot.get());
   }
   return *slot;
 }
@@ -123,8 +124,12 @@ void Endpoint::Impl::FinishFlow(uint32_t flow_id, absl::Status s) {
 void Endpoint::Impl::SendData(uint64_t now) {
   const uint64_t burst_us_max = 200;  // lets one wake-up fill a batch
   SetRateCaps(now);
-  for (auto& [peer, psp] : peers) {
-    PeerState& ps = *psp;
+  // A different peer first each turn: a full batch (batch_max * 4) does
+  // not always leave the same peers for the next turn.
+  const size_t n = peer_order.size();
+  if (n > 0) send_start = (send_start + 1) % n;
+  for (size_t k = 0; k < n; ++k) {
+    PeerState& ps = *peer_order[(send_start + k) % n];
     if (ps.flows.empty()) continue;
     DetectLosses(ps, now);
     const uint64_t rate = std::max<uint64_t>(ps.cc.pacing_rate_bps(), 1);
@@ -233,7 +238,7 @@ void Endpoint::Impl::SendData(uint64_t now) {
 
 uint64_t Endpoint::Impl::NextSendTime(uint64_t now) {
   uint64_t next = now + 10'000;  // idle poll: GC and stats
-  for (auto& [peer, psp] : peers) {
+  for (PeerState* psp : peer_order) {
     PeerState& ps = *psp;
     if (ps.flows.empty()) continue;
     bool has_work = false;
