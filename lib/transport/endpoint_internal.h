@@ -49,6 +49,9 @@ struct SendFlow {
   uint32_t next_new = 0;
   uint32_t acked = 0;
   uint32_t prefix_acked = 0;  // seqs below it acknowledged (the receiver's ACK prefix)
+  // The latest of its transmissions acknowledged (PeerState::tx_counter's
+  // numbers): loss is judged by the flow's own ACKs (DetectLosses).
+  uint64_t highest_acked_tx = 0;
   std::deque<uint32_t> retx;  // lost packets resent before new ones (LTP: critical only, CQ)
   // Loss-tolerant: packets [0, critical_count) are critical; lost normal
   // packets wait in rq until nothing new is left.
@@ -77,7 +80,6 @@ struct PeerState {
   uint64_t unacked_bytes = 0;
   uint64_t next_send_us = 0;
   uint64_t tx_counter = 0;
-  uint64_t highest_acked_tx = 0;
   std::deque<InflightEntry> inflight;
   std::deque<uint32_t> flows;                  // active flow ids, served round-robin
   uint64_t receiver_share_bps = 0;             // the receiver's fair share (ACK btlbw_kbps)

@@ -373,7 +373,7 @@ bool Endpoint::Impl::AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t n
       ps.srtt_us = 0.875 * ps.srtt_us + 0.125 * rtt;
     }
   }
-  ps.highest_acked_tx = std::max(ps.highest_acked_tx, st.tx_seq);
+  f.highest_acked_tx = std::max(f.highest_acked_tx, st.tx_seq);
   return ++f.acked == f.state.size();
 }
 
@@ -423,9 +423,14 @@ void Endpoint::Impl::DetectLosses(PeerState& ps, uint64_t now) {
       ps.inflight.pop_front();
       continue;
     }
-    // Lost: three later transmissions were acknowledged, or the timer ran out.
-    if (e.tx_seq + 3 <= ps.highest_acked_tx || now >= e.sent_us + rto) {
-      if (e.tx_seq + 3 > ps.highest_acked_tx) ++stats.losses_timeout;
+    // Lost: three later transmissions of its flow were acknowledged, or
+    // the timer ran out. Not of the peer's other flows: an ACK names one
+    // flow's packets, and a lost one is repeated by that flow's next ACK
+    // (ack_echo); between the two come the other flows' ACKs for later
+    // packets, and flows interleaved to one peer (a psd's segments) read
+    // each lost ACK as lost data, resent into the receiver's link.
+    if (e.tx_seq + 3 <= f.highest_acked_tx || now >= e.sent_us + rto) {
+      if (e.tx_seq + 3 > f.highest_acked_tx) ++stats.losses_timeout;
       MarkLost(f, e.seq, ps);
       ps.inflight.pop_front();
       continue;

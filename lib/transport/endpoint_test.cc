@@ -303,6 +303,61 @@ TEST_CASE("lost ACKs behind a hole: the next ACK repeats the lost one's seqs", "
   CHECK(spurious[0] > 4 * spurious[1]);
 }
 
+// `flows` flows at once from a client to a server (1 MB in all, so the
+// peer's packets interleave flow by flow, as a psd's segments to one
+// worker do), each endpoint's outgoing datagrams impaired as given: the
+// client's stats, after checking every byte arrived.
+EndpointStats SendInterleaved(int flows, const LinkImpairment& server_out,
+                              const LinkImpairment& client_out, int pattern) {
+  const size_t n = 1 << 18;
+  const uint32_t per_flow = uint32_t(n / kChunkFloats) / uint32_t(flows);
+  SimRun run(2000 + pattern);
+  Assembler rx(n);
+  Endpoint* server = run.Add(Config(), &rx);
+  Endpoint* client = run.Add(PacedClient(), nullptr);
+  REQUIRE(server != nullptr);
+  REQUIRE(client != nullptr);
+  run.net().SetEgress(server->local(), server_out);
+  run.net().SetEgress(client->local(), client_out);
+  const std::vector<float> data = Pattern(n, pattern);
+  std::vector<std::shared_ptr<SendHandle>> h;
+  for (uint32_t i = 0; i < uint32_t(flows); ++i) {
+    std::vector<PacketSpan> part;  // chunks [i, i + 1) x per_flow
+    for (const PacketSpan& p : Packets(data, 0, Config().payload_floats())) {
+      if (p.chunk_id / per_flow == i) part.push_back(p);
+    }
+    h.push_back(client->Send(server->local(), 1, std::move(part)));
+  }
+  REQUIRE(run.RunUntil([&] { return AllDone(h) && rx.done() == flows; }, absl::Seconds(60)));
+  for (auto& x : h) CHECK(x->status().ok());
+  CHECK(rx.buf() == data);
+  return client->GetStats();
+}
+
+// Flows interleaved to one peer: an ACK names one flow's packets, and
+// the flow's next ACK repeats a lost one's; between the two come the
+// other flows' ACKs for later packets. Judged by the peer's latest ACK,
+// each lost ACK read as lost data (resent into the receiver's link);
+// judged by the flow's own, four flows lose no more than one does. The
+// server loses 10% of its datagrams (ACKs only).
+TEST_CASE("lost ACKs of interleaved flows: loss is judged flow by flow", "[endpoint]") {
+  uint64_t spurious[2] = {0, 0}, retx[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    const int flows = k == 0 ? 1 : 4;
+    const EndpointStats cs = SendInterleaved(flows, Lossy(0.1), Lossy(0, 10'000), 9);
+    spurious[k] = cs.losses_spurious;
+    retx[k] = cs.retransmissions;
+    INFO(flows << " flows: " << cs.retransmissions << " retransmissions of "
+               << cs.data_packets_sent << " data packets, " << cs.losses_spurious
+               << " spurious, " << cs.losses_timeout << " by the timer");
+    CHECK(cs.data_packets_sent > 700);
+  }
+  INFO("spurious losses: one flow " << spurious[0] << ", four " << spurious[1]
+                                    << "; retransmissions " << retx[0] << ", " << retx[1]);
+  CHECK(spurious[1] <= spurious[0] + 10);
+  CHECK(retx[1] <= retx[0] + 10);
+}
+
 // ACKs that come late, not lost: the server's link holds each ACK datagram
 // 0-60 ms (reordering them), so the sender's timer and the three-later-ACKs
 // rule declare packets lost that were delivered. Their ACKs then arrive
