@@ -101,16 +101,20 @@ LinkImpairment Lossy(double loss, uint32_t delay_us = 20, uint32_t jitter_us = 0
   return l;
 }
 
-// One 1 MB flow (~750 packets) from a client to a server, each endpoint's
-// outgoing datagrams impaired as given: checks it arrived exactly and
-// returns both ends' stats and what the network did.
+// One 1 MB flow (~750 packets) from a client to a server, or the same
+// bytes as `flows` flows at once (the peer's packets interleave flow by
+// flow, as a psd's segments to one worker do), each endpoint's outgoing
+// datagrams impaired as given: checks it arrived exactly and returns
+// both ends' stats and what the network did.
 struct OneFlow {
   EndpointStats server, client;
   SimStats net;
 };
 OneFlow SendOneFlow(const EndpointConfig& sc, const LinkImpairment& server_out,
-                    const EndpointConfig& cc, const LinkImpairment& client_out, int pattern) {
+                    const EndpointConfig& cc, const LinkImpairment& client_out, int pattern,
+                    uint32_t flows = 1) {
   const size_t n = 1 << 18;
+  const uint32_t per_flow = uint32_t(n / kChunkFloats) / flows;
   SimRun run(1000 + pattern);
   Assembler rx(n);
   Endpoint* server = run.Add(sc, &rx);
@@ -120,9 +124,14 @@ OneFlow SendOneFlow(const EndpointConfig& sc, const LinkImpairment& server_out,
   run.net().SetEgress(server->local(), server_out);
   run.net().SetEgress(client->local(), client_out);
   auto data = Pattern(n, pattern);
-  auto h = client->Send(server->local(), 1, Packets(data, 0, cc.payload_floats()));
-  REQUIRE(run.RunUntil([&] { return h->done() && rx.done() == 1; }, absl::Seconds(60)));
-  CHECK(h->status().ok());
+  std::vector<std::vector<PacketSpan>> parts(flows);  // chunks [i, i + 1) x per_flow
+  for (const PacketSpan& p : Packets(data, 0, cc.payload_floats())) {
+    parts[std::min(p.chunk_id / per_flow, flows - 1)].push_back(p);
+  }
+  std::vector<std::shared_ptr<SendHandle>> h;
+  for (auto& part : parts) h.push_back(client->Send(server->local(), 1, std::move(part)));
+  REQUIRE(run.RunUntil([&] { return AllDone(h) && rx.done() == int(flows); }, absl::Seconds(60)));
+  for (auto& x : h) CHECK(x->status().ok());
   CHECK(rx.buf() == data);
   OneFlow f{server->GetStats(), client->GetStats(), run.net().stats()};
   REQUIRE(!f.client.peers.empty());
@@ -303,37 +312,6 @@ TEST_CASE("lost ACKs behind a hole: the next ACK repeats the lost one's seqs", "
   CHECK(spurious[0] > 4 * spurious[1]);
 }
 
-// `flows` flows at once from a client to a server (1 MB in all, so the
-// peer's packets interleave flow by flow, as a psd's segments to one
-// worker do), each endpoint's outgoing datagrams impaired as given: the
-// client's stats, after checking every byte arrived.
-EndpointStats SendInterleaved(int flows, const LinkImpairment& server_out,
-                              const LinkImpairment& client_out, int pattern) {
-  const size_t n = 1 << 18;
-  const uint32_t per_flow = uint32_t(n / kChunkFloats) / uint32_t(flows);
-  SimRun run(2000 + pattern);
-  Assembler rx(n);
-  Endpoint* server = run.Add(Config(), &rx);
-  Endpoint* client = run.Add(PacedClient(), nullptr);
-  REQUIRE(server != nullptr);
-  REQUIRE(client != nullptr);
-  run.net().SetEgress(server->local(), server_out);
-  run.net().SetEgress(client->local(), client_out);
-  const std::vector<float> data = Pattern(n, pattern);
-  std::vector<std::shared_ptr<SendHandle>> h;
-  for (uint32_t i = 0; i < uint32_t(flows); ++i) {
-    std::vector<PacketSpan> part;  // chunks [i, i + 1) x per_flow
-    for (const PacketSpan& p : Packets(data, 0, Config().payload_floats())) {
-      if (p.chunk_id / per_flow == i) part.push_back(p);
-    }
-    h.push_back(client->Send(server->local(), 1, std::move(part)));
-  }
-  REQUIRE(run.RunUntil([&] { return AllDone(h) && rx.done() == flows; }, absl::Seconds(60)));
-  for (auto& x : h) CHECK(x->status().ok());
-  CHECK(rx.buf() == data);
-  return client->GetStats();
-}
-
 // Flows interleaved to one peer: an ACK names one flow's packets, and
 // the flow's next ACK repeats a lost one's; between the two come the
 // other flows' ACKs for later packets. Judged by the peer's latest ACK,
@@ -343,13 +321,14 @@ EndpointStats SendInterleaved(int flows, const LinkImpairment& server_out,
 TEST_CASE("lost ACKs of interleaved flows: loss is judged flow by flow", "[endpoint]") {
   uint64_t spurious[2] = {0, 0}, retx[2] = {0, 0};
   for (int k = 0; k < 2; ++k) {
-    const int flows = k == 0 ? 1 : 4;
-    const EndpointStats cs = SendInterleaved(flows, Lossy(0.1), Lossy(0, 10'000), 9);
+    const uint32_t flows = k == 0 ? 1 : 4;
+    const EndpointStats cs =
+        SendOneFlow(Config(), Lossy(0.1), PacedClient(), Lossy(0, 10'000), 9, flows).client;
     spurious[k] = cs.losses_spurious;
     retx[k] = cs.retransmissions;
-    INFO(flows << " flows: " << cs.retransmissions << " retransmissions of "
-               << cs.data_packets_sent << " data packets, " << cs.losses_spurious
-               << " spurious, " << cs.losses_timeout << " by the timer");
+    INFO(flows << " flows: " << cs.retransmissions << " retransmissions of " << cs.data_packets_sent
+               << " data packets, " << cs.losses_spurious << " spurious, " << cs.losses_timeout
+               << " by the timer");
     CHECK(cs.data_packets_sent > 700);
   }
   INFO("spurious losses: one flow " << spurious[0] << ", four " << spurious[1]
@@ -504,15 +483,14 @@ LonePull LoneRounds(Access at, bool two) {
   }
   Endpoint* long_from = pull ? a : w;
   Endpoint* long_to = pull ? w : a;
+  Endpoint* short_from = pull ? b : w;
+  Endpoint* short_to = pull ? w : b;
   LonePull out;
   for (uint32_t r = 1; r <= 8; ++r) {
     const uint64_t dropped = run.net().stats().queue_dropped;
     std::vector<std::shared_ptr<SendHandle>> h;
     h.push_back(long_from->Send(long_to->local(), r, Packets(longer, 0, pf)));
-    if (two) {
-      Endpoint* from = pull ? b : w;
-      h.push_back(from->Send((pull ? w : b)->local(), r, Packets(shorter, 32, pf)));
-    }
+    if (two) h.push_back(short_from->Send(short_to->local(), r, Packets(shorter, 32, pf)));
     REQUIRE(run.RunUntil(
         [&] {
           if (r > 5 && (!two || h[1]->done()) && !h[0]->done()) {
