@@ -239,7 +239,7 @@ absl::StatusOr<std::vector<double>> HostRates(const PolicyJob& job, const LinkTa
 // the servers lifted. O(L log L + S^3).
 //
 // Pushes, not pulls: a psd paces its broadcast so that its flows to all
-// workers end together (egress share, docs/ltp.md), so it sends a fast
+// workers end together (egress share, docs/congestion.md), so it sends a fast
 // idle host as slowly as the slowest one, and pulls told the two apart
 // only by chance. Sums over the psds, not each psd within update_rate:
 // one probe of one pair then decided, and single probes of shares are

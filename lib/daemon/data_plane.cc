@@ -43,14 +43,14 @@ void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* c) {
               1 << 20, int64_t(1) << 40);
   schema->Bool("data_egress_share", &c->data_egress_share,
                "Cap each peer's flows at the max-min share of this node's measured egress, as "
-               "receivers do with their ingress (docs/ltp.md, \"Fair share\").");
+               "receivers do with their ingress (docs/congestion.md, \"Fair shares\").");
   schema->Bool("data_share_lift", &c->data_share_lift,
                "Raise the capacity a fair share divides while some flow across the shared link "
-               "sees no queue and no loss (docs/ltp.md, \"Share lift\").");
+               "sees no queue and no loss (docs/congestion.md, \"Fair shares\").");
   schema->Bool("data_weighted_share", &c->data_weighted_share,
                "Weight each peer's share of this node's egress by the bytes it has left, so that "
-               "what the node sends several peers at once ends together (docs/ltp.md, \"Fair "
-               "share\").");
+               "what the node sends several peers at once ends together (docs/congestion.md, "
+               "\"Fair shares\").");
   schema->Int("data_peer_forget_ms", &c->data_peer_forget_ms,
               "Forget a peer's path estimates, link state and metric series after this long "
               "without a flow to or from it.",

@@ -4,7 +4,7 @@
 // pacing rate and a congestion window of cwnd_gain x BDP. Random packet loss
 // is NOT a congestion signal here: non-congestion loss on WAN links must not
 // collapse the rate, which is what makes loss-tolerant transfer pay off.
-// docs/ltp.md states each rule; the measurements that shaped them are in
+// docs/congestion.md states each rule; the measurements that shaped them are in
 // docs/results/2026-11-23-ltp-incast.md.
 //
 // Congestion loss. When several senders share one bottleneck (an incast
@@ -82,8 +82,8 @@
 // round that saw it reports a round trip later. Steps of two raised C
 // twice more before the first one's queue was known: at every transfer's
 // start (queues drained, paths clean) the shares reached 1.95x a full
-// link, and the drops and resends spread a worker's rounds (docs/ltp.md,
-// "Fair share").
+// link, and the drops and resends spread a worker's rounds (endpoint_test,
+// "a worker's rounds on a slow link").
 //
 // Room (ours). The max-filtered BtlBw only grows by the 1.25 probe once
 // per 8-round cycle: a flow that ran at a small share and is now alone
@@ -190,7 +190,7 @@ struct CongestionConfig {
   // seconds). A host whose link carries pushes out and pulls in at once
   // delivers less than the link and measures its egress from that; the
   // cap lift (above) raises a share that holds a flow below a path with
-  // room (docs/ltp.md, "Fair share").
+  // room (docs/congestion.md, "Fair shares").
   bool egress_share = true;
   // The egress share weighted by the bytes each peer has left to take, or
   // took in the last share window if more (WeightedShareLevel); false: an

@@ -618,7 +618,7 @@ TEST_CASE("a receiver-advertised fair share keeps eight senders off the queue's 
   // a cap at the share itself halved the overflow here, where C is the
   // link's from the first round, but on the testbed, where C is measured
   // from what the capped flows achieve, it held psd's pull at 68 Mbit/s
-  // of 100 (docs/ltp.md). With the headroom the share costs nothing and
+  // of 100 (docs/congestion.md). With the headroom the share costs nothing and
   // still keeps the senders within 20% of equal.
   CHECK(capped.utilization() > 0.95);
   CHECK(capped.overflow_late_fraction() <= plain.overflow_late_fraction() * 1.1);

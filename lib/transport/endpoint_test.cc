@@ -949,7 +949,7 @@ UnevenPush UnevenPushRounds(bool weighted) {
 // together, and the round takes what its bytes take at the uplink's
 // rate. (Here even shares do as well: the largest flow, alone, gets the
 // uplink's capacity as its share at once. Live, it climbed from its old
-// share for a few round trips: docs/ltp.md, "Fair share".)
+// share for a few round trips: docs/congestion.md, "Fair shares".)
 TEST_CASE("a sender's uneven flows through its uplink end together", "[endpoint]") {
   const UnevenPush on = UnevenPushRounds(true), off = UnevenPushRounds(false);
   std::string what;
