@@ -89,6 +89,10 @@ struct PeerState {
   uint64_t idle_since_us = 0;                  // flows became empty; 0: never active
   double srtt_us = 0;
   double rttvar_us = 0;
+  // RTO doublings since the last RTT sample (Endpoint::Impl::RtoUs), and
+  // until when the timer that made the last one runs.
+  uint32_t rto_backoff = 0;
+  uint64_t rto_backoff_until_us = 0;
   uint32_t pacing_holds = 0;  // FlowTiming's counters, since the peer was new
   uint32_t window_holds = 0;
 };

@@ -9,6 +9,11 @@
 
 namespace hetps {
 namespace transport {
+namespace {
+
+constexpr uint32_t kRtoBackoffMax = 6;  // 64 x; rto_max_us bounds it first
+
+}  // namespace
 
 PeerState& Endpoint::Impl::PeerFor(const Peer& p) {
   auto& slot = peers[p];
@@ -27,7 +32,10 @@ uint32_t Endpoint::Impl::RtoUs(const PeerState& ps) const {
   // packets that are only late (each a spurious resend).
   double rto = ps.srtt_us > 0 ? ps.srtt_us + std::max(4 * ps.rttvar_us, ps.srtt_us / 2)
                               : double(config.rto_initial_us);
-  return static_cast<uint32_t>(std::clamp<double>(rto, config.rto_min_us, config.rto_max_us));
+  // Doubled per timer that ran out since the last RTT sample (RFC 6298
+  // 5.5-5.7): DetectLosses.
+  rto = std::clamp<double>(rto, config.rto_min_us, config.rto_max_us) * (1u << ps.rto_backoff);
+  return static_cast<uint32_t>(std::min<double>(rto, config.rto_max_us));
 }
 
 void Endpoint::Impl::TakeSubmissions(uint64_t now) {
@@ -365,6 +373,7 @@ bool Endpoint::Impl::AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t n
     f.timing.rtt_max_us = std::max(f.timing.rtt_max_us, rtt_us);
     f.rtt_sum_us += rtt_us;
     ++f.rtt_samples;
+    ps.rto_backoff = 0;
     if (ps.srtt_us == 0) {
       ps.srtt_us = rtt;
       ps.rttvar_us = rtt / 2;
@@ -373,7 +382,11 @@ bool Endpoint::Impl::AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t n
       ps.srtt_us = 0.875 * ps.srtt_us + 0.125 * rtt;
     }
   }
-  f.highest_acked_tx = std::max(f.highest_acked_tx, st.tx_seq);
+  // Only a first transmission's ACK shows that the packets sent before it
+  // had their chance: a resent packet's may be for its first copy, sent
+  // before them (the timer ran out on a round trip that had grown), and
+  // would declare every packet sent between the two copies lost.
+  if (st.tx_count == 1) f.highest_acked_tx = std::max(f.highest_acked_tx, st.tx_seq);
   return ++f.acked == f.state.size();
 }
 
@@ -409,7 +422,7 @@ void Endpoint::Impl::MarkLost(SendFlow& f, uint32_t seq, PeerState& ps) {
 }
 
 void Endpoint::Impl::DetectLosses(PeerState& ps, uint64_t now) {
-  const uint32_t rto = RtoUs(ps);
+  uint32_t rto = RtoUs(ps);
   while (!ps.inflight.empty()) {
     const InflightEntry& e = ps.inflight.front();
     auto it = flows.find(e.flow_id);
@@ -430,7 +443,23 @@ void Endpoint::Impl::DetectLosses(PeerState& ps, uint64_t now) {
     // packets, and flows interleaved to one peer (a psd's segments) read
     // each lost ACK as lost data, resent into the receiver's link.
     if (e.tx_seq + 3 <= f.highest_acked_tx || now >= e.sent_us + rto) {
-      if (e.tx_seq + 3 > f.highest_acked_tx) ++stats.losses_timeout;
+      if (e.tx_seq + 3 > f.highest_acked_tx) {
+        ++stats.losses_timeout;
+        // The timer backs off, once per its own run: where the round trip
+        // grew past it (a queue that built up), every packet in flight
+        // runs it out and is resent, the first copies' ACKs come too late
+        // to prove that, and a resent packet gives no RTT sample (Karn):
+        // only a first copy acknowledged in time could raise the timer,
+        // and until one is, each window goes out twice (the duplicates
+        // keeping the queue standing). Packets sent under the longer
+        // timer are acknowledged in time; their samples raise srtt and
+        // end the backoff.
+        if (now >= ps.rto_backoff_until_us && ps.rto_backoff < kRtoBackoffMax) {
+          ++ps.rto_backoff;
+          rto = RtoUs(ps);
+          ps.rto_backoff_until_us = now + rto;
+        }
+      }
       MarkLost(f, e.seq, ps);
       ps.inflight.pop_front();
       continue;

@@ -358,6 +358,44 @@ TEST_CASE("late ACKs: losses that prove spurious are counted and undone", "[endp
   if (cs.congestion_rounds > 0) CHECK(cs.undone_rounds > 0);
 }
 
+// A round trip that grows past the retransmission timer: the path's
+// one-way delay goes from 10 to 60 ms in the middle of a flow. Every
+// packet in flight then outlives the timer and is resent; the first
+// copies' ACKs come too late to prove that, and a resent packet gives no
+// RTT sample, so only a first copy acknowledged in time could raise the
+// timer. The timer backs off instead (endpoint_send.cc, DetectLosses),
+// and a resent packet's ACK, which may be its first copy's, declares no
+// packet sent between the two lost: a window's worth is resent, once.
+TEST_CASE("a round trip that outgrows the timer: backed off, not resent forever", "[endpoint]") {
+  LinkImpairment wan;
+  wan.delay_us = 10'000;
+  SimRun run(3, wan);
+  const size_t n = size_t{256} * kChunkFloats;  // 4 MB: about 3,000 packets
+  Assembler rx(n);
+  Endpoint* server = run.Add(Config(), &rx);
+  Endpoint* client = run.Add(Config(), nullptr);
+  run.net().SetUplink(client->local(), 20'000'000, 256 << 10);
+  const auto data = Pattern(n, 5);
+  const std::vector<PacketSpan> packets = Packets(data, 0, Config().payload_floats());
+  auto h = client->Send(server->local(), 1, packets);
+  run.RunFor(absl::Milliseconds(500));
+  REQUIRE(!h->done());
+  LinkImpairment far = wan;
+  far.delay_us = 60'000;
+  run.net().SetLink(client->local(), server->local(), far);
+  REQUIRE(run.RunUntil([&] { return h->done(); }, absl::Seconds(30)));
+  CHECK(h->status().ok());
+  CHECK(rx.buf() == data);
+  const EndpointStats cs = client->GetStats(), ss = server->GetStats();
+  const uint64_t duplicates = ss.drops[size_t(DropReason::kDuplicate)];
+  INFO(cs.retransmissions << " retransmissions (" << cs.losses_timeout << " by the timer) of "
+                          << packets.size() << " packets; the receiver dropped " << duplicates
+                          << " duplicates");
+  // The packets in flight when the delay rose, at most: a window's worth.
+  CHECK(cs.retransmissions < packets.size() / 10);
+  CHECK(duplicates < packets.size() / 10);
+}
+
 TEST_CASE("configuration is validated", "[endpoint]") {
   Assembler rx(16);
   auto fails_with = [&](EndpointConfig c, const std::string& key) {
@@ -975,7 +1013,7 @@ TEST_CASE("a sender's uneven flows through its uplink end together", "[endpoint]
   // Nearer together: the smallest flow (64 KB) is paced down to the
   // controller's 1 Mbit/s floor, 0.5 s, not to the largest's end.
   CHECK(on.last_flows[2] > 0.6 * on.last_flows[0]);
-  CHECK(off.last_flows[2] < 0.4 * off.last_flows[0]);
+  CHECK(off.last_flows[2] < 0.5 * off.last_flows[0]);
 }
 
 // A worker's push while its pull comes in: one endpoint with a 10 Mbit/s
@@ -1156,6 +1194,14 @@ TEST_CASE("a slow worker among fast pushers: its rounds complete, intact", "[end
     CHECK(w.rounds.size() == 10);
     CHECK(w.push_gaps.size() == 10);
     CHECK(w.dropped > alone.dropped);  // the psds' downlinks drop too
+    std::vector<double> sorted = alone.rounds;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted[sorted.size() / 2];
+    std::string what = "rounds:";
+    for (double t : w.rounds) what += " " + std::to_string(t);
+    INFO(what << "; alone, median " << median);
+    // The pull's tail holds too (the timer backs off: endpoint_send.cc).
+    for (double t : w.rounds) CHECK(t < 1.2 * median);
   }
 }
 
@@ -1192,7 +1238,7 @@ TEST_CASE("a worker's rounds on a slow link: its shares do not overrun it", "[en
                                  << four.time << " s, " << four.dropped << " dropped; of two: "
                                  << two.slow << ", " << two.time << " s, " << two.dropped);
   CHECK(four.slow <= four.rounds / 8);
-  CHECK(four.slow < two.slow);
+  CHECK(four.slow <= two.slow);
   CHECK(four.time < two.time);
   CHECK(four.dropped < two.dropped);
 }
