@@ -11,7 +11,10 @@ namespace hetps {
 namespace transport {
 namespace {
 
-constexpr uint32_t kRtoBackoffMax = 6;  // 64 x; rto_max_us bounds it first
+// A queue grows the round trip a few times over, not without bound; and
+// a receiver that refuses a flow for now (a push of a plan its psd has
+// not reached) holds it by the sender's timer, which must keep trying.
+constexpr uint32_t kRtoBackoffMax = 3;  // 8 x
 
 }  // namespace
 
