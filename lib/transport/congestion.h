@@ -206,7 +206,7 @@ struct SendSample {
   uint64_t delivered_bytes = 0;  // delivered() when the packet was sent
   uint64_t delivered_us = 0;     // time of that delivery count
   uint64_t first_sent_us = 0;    // send time of the packet acknowledged last, then
-  bool retransmitted = false;    // Karn: no RTT sample from retransmissions
+  bool retransmitted = false;    // Karn: no RTT sample from a resend its ACK does not name
 };
 
 class CongestionControl {

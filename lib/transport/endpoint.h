@@ -130,6 +130,12 @@ struct EndpointConfig {
   // window. An echoed seq whose first ACK was lost gives an RTT sample one
   // ACK interval long.
   bool ack_echo = true;
+  // Each ACK names the transmission that delivered its first seq
+  // (wire.h kFlagAckTx), so a resent packet's ACK gives its sender an RTT
+  // sample and tells it which copy arrived: where a queue grew the round
+  // trip past the timer, the first copies' ACKs raise the timer at once,
+  // and a loss they prove spurious is undone without a guess.
+  bool ack_tx = true;
   CongestionConfig congestion;
   EarlyCloseConfig early_close;  // for loss-tolerant flows this endpoint receives
   // TcpEndpoint only: congestion control set on each connection with
@@ -190,10 +196,10 @@ struct FlowTiming {
   uint64_t btlbw_bps = 0;
   uint32_t rtprop_us = 0;
   bool in_startup = false;
-  // Round trips of its packets acknowledged on their first send (a
-  // delayed ACK's wait included): the smallest, mean and largest (0:
-  // none). Beside the peer's RTprop they show the queues on both
-  // directions of the path while it ran.
+  // Round trips of its packets acknowledged on their first send, or by
+  // an ACK that names the copy (a delayed ACK's wait included): the
+  // smallest, mean and largest (0: none). Beside the peer's RTprop they
+  // show the queues on both directions of the path while it ran.
   uint32_t rtt_min_us = 0;
   uint32_t rtt_mean_us = 0;
   uint32_t rtt_max_us = 0;

@@ -34,8 +34,10 @@ void Endpoint::Impl::QueueControl(const Peer& to, PacketType type, const Header&
   h.chunk_offset = about.chunk_offset;
   h.iteration = about.iteration;
   if (type == PacketType::kAck) {
-    // What EmitAcks set: the prefix and the receiver's fair share.
-    h.flags = about.flags & kFlagAckPrefix;
+    // What EmitAcks set: the prefix, the transmission and the receiver's
+    // fair share.
+    h.flags = about.flags & (kFlagAckPrefix | kFlagAckTx);
+    h.ack_tx = about.ack_tx;
     h.btlbw_kbps = about.btlbw_kbps;
   }
   h.payload_bytes = static_cast<uint16_t>(p.body_len);
@@ -107,10 +109,15 @@ void Endpoint::Impl::EmitAcks(uint64_t now) {
       Header h = batch.about;
       h.seq = batch.seqs[i];
       h.btlbw_kbps = static_cast<uint32_t>(share_kbps);
-      h.flags = 0;  // QueueControl keeps only kFlagAckPrefix of an ACK's flags
+      h.flags = 0;  // QueueControl keeps only an ACK's own flags
       if (prefix > 0) {
         h.flags |= kFlagAckPrefix;
         h.chunk_offset = prefix;
+      }
+      if (i == 0 && config.ack_tx) {
+        // The batch's first seq arrived in the datagram it was opened by.
+        h.flags |= kFlagAckTx;
+        h.ack_tx = TxOf(batch.about.packet_number);
       }
       const std::vector<uint8_t>* body = nullptr;
       if (extra > 0) {

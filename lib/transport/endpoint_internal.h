@@ -32,6 +32,11 @@ struct PacketState {
   uint64_t tx_seq = 0;  // latest transmission's number (per peer)
   uint16_t tx_count = 0;
   uint16_t lost_tx_count = 0;  // tx_count when last declared lost; 0: never
+  // The latest transmission and the one before it as ACKs name them
+  // (wire.h TxOf), and when that one went out.
+  uint32_t tx = 0;
+  uint32_t prev_tx = 0;
+  uint64_t prev_sent_us = 0;
   bool acked = false;
   bool in_flight = false;
   bool queued_retx = false;
@@ -293,7 +298,10 @@ struct Endpoint::Impl {
   void FinishFlow(uint32_t flow_id, absl::Status s);
   void HandleAck(const Peer& from, const Packet& p, uint64_t now);
   // rtt_sample: false for a packet covered only by an ACK's prefix.
-  bool AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t now, bool rtt_sample);
+  // named_tx: the transmission the ACK names (kFlagAckTx), or nullptr.
+  bool AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t now, bool rtt_sample,
+              const uint32_t* named_tx = nullptr);
+  void RttSample(SendFlow& f, PeerState& ps, uint64_t rtt_us);
   void HandleStop(const Peer& from, const Packet& p);
   void DetectLosses(PeerState& ps, uint64_t now);
   void MarkLost(SendFlow& f, uint32_t seq, PeerState& ps);

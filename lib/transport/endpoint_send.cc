@@ -196,6 +196,10 @@ void Endpoint::Impl::SendData(uint64_t now) {
       if (f.timing.first_sent_us == 0) f.timing.first_sent_us = now;
       f.timing.last_sent_us = now;
       st.tx_seq = ++ps.tx_counter;
+      if (st.tx_count > 0) {
+        st.prev_tx = st.tx;
+        st.prev_sent_us = st.sample.sent_us;
+      }
       st.sample = ps.cc.OnSend(now, retransmission || st.tx_count > 0);
       ++st.tx_count;
       st.in_flight = true;
@@ -223,6 +227,7 @@ void Endpoint::Impl::SendData(uint64_t now) {
       h.payload_bytes = static_cast<uint16_t>(span.floats * sizeof(float));
       h.key_id = auth.key_id();
       h.packet_number = auth.NextPacketNumber();
+      st.tx = TxOf(h.packet_number);
       h.sender = auth.sender();
       h.flow_id = fid;
       h.seq = seq;
@@ -323,7 +328,7 @@ void Endpoint::Impl::HandleAck(const Peer& from, const Packet& p, uint64_t now) 
   SendFlow& f = *it->second;
   PeerState& ps = PeerFor(from);
   ps.receiver_share_bps = uint64_t(h.btlbw_kbps) * 1000;
-  bool finished = AckOne(f, ps, h.seq, now, true);
+  bool finished = AckOne(f, ps, h.seq, now, true, (h.flags & kFlagAckTx) ? &h.ack_tx : nullptr);
   const size_t extra = h.payload_bytes / sizeof(uint32_t);
   for (size_t i = 0; i < extra && !finished; ++i) {
     finished = AckOne(f, ps, AckSeq(p, i), now, true);
@@ -339,8 +344,8 @@ void Endpoint::Impl::HandleAck(const Peer& from, const Packet& p, uint64_t now) 
 }
 
 // Returns true when this ACK completed the flow.
-bool Endpoint::Impl::AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t now,
-                            bool rtt_sample) {
+bool Endpoint::Impl::AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t now, bool rtt_sample,
+                            const uint32_t* named_tx) {
   if (seq >= f.state.size()) {
     ++stats.drops[size_t(DropReason::kBadSequence)];
     return false;
@@ -354,43 +359,65 @@ bool Endpoint::Impl::AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t n
     ps.inflight_bytes -= bytes;
     st.in_flight = false;
   }
+  // Which copy arrived, where the ACK names it: the latest, or the one
+  // before it (a resend's first copy that came late).
+  const bool latest = named_tx != nullptr && *named_tx == st.tx;
+  const bool earlier = named_tx != nullptr && !latest && st.tx_count > 1 && *named_tx == st.prev_tx;
   SendSample sample = st.sample;
   if (!rtt_sample) sample.retransmitted = true;  // as a resent packet: no RTT
-  // Declared lost, yet delivered: not resent since, or acknowledged sooner
-  // than half an RTprop after the resend (so the first copy arrived).
-  if (st.lost_tx_count > 0 &&
-      (st.tx_count == st.lost_tx_count ||
-       (now >= sample.sent_us && 2 * (now - sample.sent_us) < ps.cc.rtprop_us()))) {
-    ++stats.losses_spurious;
-    ps.cc.OnSpuriousLoss(bytes);
-    st.lost_tx_count = 0;
+  if (latest) sample.retransmitted = false;      // a resend's own round trip
+  // Declared lost, yet delivered: the copy declared lost arrived (named,
+  // or not resent since), or, unnamed, acknowledged sooner than half an
+  // RTprop after the resend (so the first copy arrived).
+  if (st.lost_tx_count > 0) {
+    bool spurious = st.tx_count == st.lost_tx_count;
+    if (earlier) {
+      spurious = st.lost_tx_count + 1 == st.tx_count;
+    } else if (!latest && !spurious) {
+      spurious = now >= sample.sent_us && 2 * (now - sample.sent_us) < ps.cc.rtprop_us();
+    }
+    if (spurious) {
+      ++stats.losses_spurious;
+      ps.cc.OnSpuriousLoss(bytes);
+      st.lost_tx_count = 0;
+    }
   }
   ps.cc.OnAck(now, bytes, sample);
   if (!ps.cc.unpaced()) egress.OnBytes(now, bytes);  // the egress link's bytes only
   ps.acked.OnBytes(now, bytes);
   if (!sample.retransmitted && now >= sample.sent_us) {
-    const uint32_t rtt_us =
-        static_cast<uint32_t>(std::min<uint64_t>(now - sample.sent_us, UINT32_MAX));
-    const double rtt = rtt_us;
-    if (f.rtt_samples == 0 || rtt_us < f.timing.rtt_min_us) f.timing.rtt_min_us = rtt_us;
-    f.timing.rtt_max_us = std::max(f.timing.rtt_max_us, rtt_us);
-    f.rtt_sum_us += rtt_us;
-    ++f.rtt_samples;
-    ps.rto_backoff = 0;
-    if (ps.srtt_us == 0) {
-      ps.srtt_us = rtt;
-      ps.rttvar_us = rtt / 2;
-    } else {
-      ps.rttvar_us = 0.75 * ps.rttvar_us + 0.25 * std::abs(ps.srtt_us - rtt);
-      ps.srtt_us = 0.875 * ps.srtt_us + 0.125 * rtt;
-    }
+    RttSample(f, ps, now - sample.sent_us);
+  } else if (earlier && now >= st.prev_sent_us) {
+    // The round trip that ran the timer out: the timer learns it (the
+    // controller does not: its delivery-rate sample went with the resend).
+    RttSample(f, ps, now - st.prev_sent_us);
   }
-  // Only a first transmission's ACK shows that the packets sent before it
-  // had their chance: a resent packet's may be for its first copy, sent
-  // before them (the timer ran out on a round trip that had grown), and
-  // would declare every packet sent between the two copies lost.
-  if (st.tx_count == 1) f.highest_acked_tx = std::max(f.highest_acked_tx, st.tx_seq);
+  // Only the ACK of a known transmission shows that the packets sent
+  // before it had their chance: an unnamed one of a resent packet may be
+  // for its first copy, sent before them (the timer ran out on a round
+  // trip that had grown), and would declare every packet sent between the
+  // two copies lost.
+  if (st.tx_count == 1 || latest) f.highest_acked_tx = std::max(f.highest_acked_tx, st.tx_seq);
   return ++f.acked == f.state.size();
+}
+
+// A round trip measured: srtt and rttvar as RFC 6298, the flow's timing,
+// and the timer's backoff ends.
+void Endpoint::Impl::RttSample(SendFlow& f, PeerState& ps, uint64_t rtt_us64) {
+  const uint32_t rtt_us = static_cast<uint32_t>(std::min<uint64_t>(rtt_us64, UINT32_MAX));
+  const double rtt = rtt_us;
+  if (f.rtt_samples == 0 || rtt_us < f.timing.rtt_min_us) f.timing.rtt_min_us = rtt_us;
+  f.timing.rtt_max_us = std::max(f.timing.rtt_max_us, rtt_us);
+  f.rtt_sum_us += rtt_us;
+  ++f.rtt_samples;
+  ps.rto_backoff = 0;
+  if (ps.srtt_us == 0) {
+    ps.srtt_us = rtt;
+    ps.rttvar_us = rtt / 2;
+  } else {
+    ps.rttvar_us = 0.75 * ps.rttvar_us + 0.25 * std::abs(ps.srtt_us - rtt);
+    ps.srtt_us = 0.875 * ps.srtt_us + 0.125 * rtt;
+  }
 }
 
 void Endpoint::Impl::HandleStop(const Peer& from, const Packet& p) {
@@ -450,13 +477,13 @@ void Endpoint::Impl::DetectLosses(PeerState& ps, uint64_t now) {
         ++stats.losses_timeout;
         // The timer backs off, once per its own run: where the round trip
         // grew past it (a queue that built up), every packet in flight
-        // runs it out and is resent, the first copies' ACKs come too late
-        // to prove that, and a resent packet gives no RTT sample (Karn):
-        // only a first copy acknowledged in time could raise the timer,
-        // and until one is, each window goes out twice (the duplicates
+        // runs it out and is resent. The first copies' ACKs, where they
+        // name their transmission (kFlagAckTx), raise srtt as they come;
+        // unnamed, a resent packet's ACK gives no RTT sample (Karn), only
+        // a first copy acknowledged in time could raise the timer, and
+        // until one is, each window goes out twice (the duplicates
         // keeping the queue standing). Packets sent under the longer
-        // timer are acknowledged in time; their samples raise srtt and
-        // end the backoff.
+        // timer are acknowledged in time; their samples end the backoff.
         if (now >= ps.rto_backoff_until_us && ps.rto_backoff < kRtoBackoffMax) {
           ++ps.rto_backoff;
           rto = RtoUs(ps);

@@ -359,24 +359,31 @@ TEST_CASE("late ACKs: losses that prove spurious are counted and undone", "[endp
 }
 
 // A round trip that grows past the retransmission timer: the path's
-// one-way delay goes from 10 to 60 ms in the middle of a flow. Every
-// packet in flight then outlives the timer and is resent; the first
-// copies' ACKs come too late to prove that, and a resent packet gives no
-// RTT sample, so only a first copy acknowledged in time could raise the
-// timer. The timer backs off instead (endpoint_send.cc, DetectLosses),
-// and a resent packet's ACK, which may be its first copy's, declares no
-// packet sent between the two lost: a window's worth is resent, once.
-TEST_CASE("a round trip that outgrows the timer: backed off, not resent forever", "[endpoint]") {
+// one-way delay goes from 10 to 60 ms in the middle of a 4 MB flow (about
+// 3,000 packets) on a 20 Mbit/s uplink with room to queue all of it.
+// Every packet in flight then outlives the timer and is resent, and the
+// first copies' ACKs come too late to prove that (endpoint_send.cc,
+// DetectLosses). Returns the sender's and receiver's counters, the flow's
+// time and what the network dropped.
+struct DelaySpike {
+  EndpointStats sender, receiver;
+  size_t packets = 0;
+  double seconds = 0;
+  uint64_t network_dropped = 0;
+};
+DelaySpike DelaySpikeFlow(bool ack_tx) {
   LinkImpairment wan;
   wan.delay_us = 10'000;
   SimRun run(3, wan);
-  const size_t n = size_t{256} * kChunkFloats;  // 4 MB: about 3,000 packets
+  const size_t n = size_t{256} * kChunkFloats;
   Assembler rx(n);
-  Endpoint* server = run.Add(Config(), &rx);
-  Endpoint* client = run.Add(Config(), nullptr);
+  EndpointConfig c = Config();
+  c.ack_tx = ack_tx;
+  Endpoint* server = run.Add(c, &rx);
+  Endpoint* client = run.Add(c, nullptr);
   run.net().SetUplink(client->local(), 20'000'000, 256 << 10);
   const auto data = Pattern(n, 5);
-  const std::vector<PacketSpan> packets = Packets(data, 0, Config().payload_floats());
+  const std::vector<PacketSpan> packets = Packets(data, 0, c.payload_floats());
   auto h = client->Send(server->local(), 1, packets);
   run.RunFor(absl::Milliseconds(500));
   REQUIRE(!h->done());
@@ -386,14 +393,49 @@ TEST_CASE("a round trip that outgrows the timer: backed off, not resent forever"
   REQUIRE(run.RunUntil([&] { return h->done(); }, absl::Seconds(30)));
   CHECK(h->status().ok());
   CHECK(rx.buf() == data);
-  const EndpointStats cs = client->GetStats(), ss = server->GetStats();
-  const uint64_t duplicates = ss.drops[size_t(DropReason::kDuplicate)];
-  INFO(cs.retransmissions << " retransmissions (" << cs.losses_timeout << " by the timer) of "
-                          << packets.size() << " packets; the receiver dropped " << duplicates
-                          << " duplicates");
+  const SimStats net = run.net().stats();
+  return {client->GetStats(), server->GetStats(), packets.size(),
+          absl::ToDoubleSeconds(h->elapsed()), net.lost + net.queue_dropped};
+}
+
+// Without naming the copies, a resent packet gives no RTT sample, so only
+// a first copy acknowledged in time could raise the timer: the timer
+// backs off instead, and a resent packet's ACK, which may be its first
+// copy's, declares no packet sent between the two lost: a window's worth
+// is resent, once.
+TEST_CASE("a round trip that outgrows the timer: backed off, not resent forever", "[endpoint]") {
+  const DelaySpike d = DelaySpikeFlow(false);
+  const uint64_t duplicates = d.receiver.drops[size_t(DropReason::kDuplicate)];
+  INFO(d.sender.retransmissions << " retransmissions (" << d.sender.losses_timeout
+                                << " by the timer) of " << d.packets
+                                << " packets; the receiver dropped " << duplicates
+                                << " duplicates");
   // The packets in flight when the delay rose, at most: a window's worth.
-  CHECK(cs.retransmissions < packets.size() / 10);
-  CHECK(duplicates < packets.size() / 10);
+  CHECK(d.sender.retransmissions < d.packets / 10);
+  CHECK(duplicates < d.packets / 10);
+}
+
+// Named (wire.h kFlagAckTx), the first copies' late ACKs say that they
+// arrived: the network dropped nothing, and the sender counts every loss
+// it declared as spurious. Unnamed, the resends' ACKs read as the resends'
+// own: a loss in a round whose every RTT is far above RTprop (a standing
+// queue, congestion.h) and so a congestion cut, which the named flow
+// never takes; it ends sooner.
+TEST_CASE("a resent packet's ACK names its copy: a delay spike loses nothing", "[endpoint]") {
+  const DelaySpike named = DelaySpikeFlow(true), unnamed = DelaySpikeFlow(false);
+  INFO("named: " << named.sender.retransmissions << " resent, " << named.sender.losses_spurious
+                 << " spurious, " << named.sender.congestion_rounds << " congestion rounds, "
+                 << named.seconds << " s; unnamed: " << unnamed.sender.retransmissions
+                 << " resent, " << unnamed.sender.losses_spurious << " spurious, "
+                 << unnamed.sender.congestion_rounds << " congestion rounds, " << unnamed.seconds
+                 << " s");
+  REQUIRE(named.network_dropped == 0);
+  REQUIRE(unnamed.network_dropped == 0);
+  REQUIRE(named.sender.retransmissions > 0);  // the timer did run out
+  CHECK(named.sender.losses_spurious == named.sender.retransmissions);
+  CHECK(unnamed.sender.losses_spurious < unnamed.sender.retransmissions);
+  CHECK(named.sender.congestion_rounds < unnamed.sender.congestion_rounds);
+  CHECK(named.seconds < unnamed.seconds);
 }
 
 TEST_CASE("configuration is validated", "[endpoint]") {
@@ -840,9 +882,6 @@ TEST_CASE("a peer between segments keeps its measured rate in the shares", "[end
         [&] {
           for (const PeerEstimate& p : capped->GetStats().peers) {
             if (p.rate_cap_bps > 0 && run.clock().MonotonicMicros() < tail_us) {
-              if (getenv("DBG2") && p.rate_cap_bps < 8'500'000)
-                fprintf(stderr, "LOWCAP %lu cap %lu\n", run.clock().MonotonicMicros() / 1000,
-                        p.rate_cap_bps / 100000);
               cap_min = std::min(cap_min, p.rate_cap_bps);
             }
           }
@@ -1211,8 +1250,10 @@ TEST_CASE("a slow worker among fast pushers: its rounds complete, intact", "[end
 // "Share lift"), and the push's last flow, alone, keeps the uplink's
 // capacity as its share: the rounds hold near their median and the links
 // drop less. Steps of two RTprops raised the shares to 1.95x a full link
-// at every transfer's start. Five seeds each; the outcome is a function
-// of them (the endpoint serves its peers in a fixed order).
+// at every transfer's start. Ten seeds each; the outcome is a function
+// of them (the endpoint serves its peers in a fixed order). A slow round
+// is rare either way (none to a few of 100), so their counts are not
+// compared: the time and the drops are.
 TEST_CASE("a worker's rounds on a slow link: its shares do not overrun it", "[endpoint]") {
   struct Sum {
     int rounds = 0, slow = 0;  // slow: over 1.1 x its run's median
@@ -1221,7 +1262,7 @@ TEST_CASE("a worker's rounds on a slow link: its shares do not overrun it", "[en
   };
   auto sum = [](uint32_t step) {
     Sum s;
-    for (uint64_t seed = 1; seed <= 5; ++seed) {
+    for (uint64_t seed = 1; seed <= 10; ++seed) {
       const WorkerRounds w = SegmentedPullRounds(seed, step);
       std::vector<double> sorted = w.rounds;
       std::sort(sorted.begin(), sorted.end());
@@ -1239,8 +1280,7 @@ TEST_CASE("a worker's rounds on a slow link: its shares do not overrun it", "[en
   INFO("steps of four RTprops: " << four.slow << " of " << four.rounds << " rounds slow, "
                                  << four.time << " s, " << four.dropped << " dropped; of two: "
                                  << two.slow << ", " << two.time << " s, " << two.dropped);
-  CHECK(four.slow <= four.rounds / 8);
-  CHECK(four.slow <= two.slow);
+  CHECK(four.slow <= four.rounds / 20);
   CHECK(four.time < two.time);
   CHECK(four.dropped < two.dropped);
 }

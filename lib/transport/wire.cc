@@ -89,7 +89,7 @@ const char* CloseReasonName(CloseReason r) {
 //  6 payload_bytes u16 | 8 sender u64 | 16 packet_number u64
 // 24 flow_id u32 | 28 seq u32 | 32 total_packets u32 | 36 chunk_id u32
 // 40 chunk_offset u32 | 44 iteration u32 | 48 rtprop_us u32
-// 52 btlbw_kbps u32 | 56 plan u32 | 60 samples u32 | 64 tag [16]
+// 52 btlbw_kbps u32 | 56 plan u32 (ACK: ack_tx) | 60 samples u32 | 64 tag [16]
 // 80 payload
 void EncodeHeader(const Header& h, uint8_t* out) {
   Put16(out + 0, kMagic);
@@ -108,7 +108,7 @@ void EncodeHeader(const Header& h, uint8_t* out) {
   Put32(out + 44, h.iteration);
   Put32(out + 48, h.rtprop_us);
   Put32(out + 52, h.btlbw_kbps);
-  Put32(out + 56, h.plan);
+  Put32(out + 56, h.type == PacketType::kAck ? h.ack_tx : h.plan);
   Put32(out + 60, h.samples);
   std::memset(out + kTagOffset, 0, kTagBytes);
 }
@@ -176,6 +176,7 @@ DropReason Decode(const uint8_t* data, size_t len, Packet* p) {
   h.chunk_id = Get32(data + 36);
   h.chunk_offset = Get32(data + 40);
   if ((h.flags & kFlagPathClean) && h.type != PacketType::kData) return DropReason::kBadFlags;
+  if ((h.flags & kFlagAckTx) && h.type != PacketType::kAck) return DropReason::kBadFlags;
   if (h.flags & kFlagAckPrefix) {
     if (h.type != PacketType::kAck) return DropReason::kBadFlags;
     if (h.chunk_offset > h.total_packets) return DropReason::kBadSequence;
@@ -183,7 +184,8 @@ DropReason Decode(const uint8_t* data, size_t len, Packet* p) {
   h.iteration = Get32(data + 44);
   h.rtprop_us = Get32(data + 48);
   h.btlbw_kbps = Get32(data + 52);
-  h.plan = Get32(data + 56);
+  h.plan = h.type == PacketType::kAck ? 0 : Get32(data + 56);
+  h.ack_tx = h.type == PacketType::kAck ? Get32(data + 56) : 0;
   h.samples = Get32(data + 60);
   p->payload = data + kHeaderBytes;
   return DropReason::kNone;

@@ -76,9 +76,13 @@ enum PacketFlags : uint8_t {
   // share holds its senders learns from it that its link has room
   // (congestion.h, "Share lift").
   kFlagPathClean = 1 << 6,
+  // ACK only: `ack_tx` names the transmission that delivered `seq`. A
+  // resent packet's ACK is otherwise ambiguous (Karn): it may be for its
+  // first copy, and gives no RTT sample; named, it says which copy arrived.
+  kFlagAckTx = 1 << 7,
 };
 constexpr uint8_t kFlagsKnown = kFlagCritical | kFlagLast | kFlagLossTolerant | kFlagCriticalEnd |
-                                kFlagResent | kFlagAckPrefix | kFlagPathClean;
+                                kFlagResent | kFlagAckPrefix | kFlagPathClean | kFlagAckTx;
 
 struct Header {
   PacketType type = PacketType::kData;
@@ -106,7 +110,15 @@ struct Header {
   // weight each push by it: per-worker batches, docs/plan.md); 0 when the
   // flow does not say. One value per flow.
   uint32_t samples = 0;
+  // ACK with kFlagAckTx: which transmission of `seq` this acknowledges,
+  // as the low 32 bits of the packet_number of the DATA datagram that
+  // delivered it (a duplicate's, for a duplicate). On the wire where DATA
+  // carries `plan`.
+  uint32_t ack_tx = 0;
 };
+
+// What an ACK names a DATA datagram's transmission by (kFlagAckTx).
+inline uint32_t TxOf(uint64_t packet_number) { return static_cast<uint32_t>(packet_number); }
 
 // The prefix an ACK carries (kFlagAckPrefix): every seq below it arrived;
 // 0 when it carries none.

@@ -164,7 +164,7 @@ TEST_CASE("loss-tolerant flags decode; unknown flag bits do not", "[wire]") {
   d[4] = kFlagPathClean;
   REQUIRE(Decode(d.data(), d.size(), &p) == DropReason::kNone);
   CHECK(p.header.flags == kFlagPathClean);
-  d[4] = 1 << 7;
+  d[4] = kFlagAckTx;  // on DATA
   CHECK(Decode(d.data(), d.size(), &p) == DropReason::kBadFlags);
   d[4] = kFlagAckPrefix;  // on DATA
   CHECK(Decode(d.data(), d.size(), &p) == DropReason::kBadFlags);
@@ -195,6 +195,34 @@ TEST_CASE("an ack may carry its flow's prefix, never past the flow", "[wire]") {
   h.type = PacketType::kStop;
   h.chunk_offset = 1;
   d = Datagram(h, 0);
+  CHECK(Decode(d.data(), d.size(), &p) == DropReason::kBadFlags);
+}
+
+TEST_CASE("an ack may name the transmission that delivered its seq", "[wire]") {
+  Header h = DataHeader(0);
+  h.type = PacketType::kAck;
+  h.flags = kFlagAckTx | kFlagAckPrefix;
+  h.chunk_offset = 2;
+  h.ack_tx = TxOf(0x1122334455667788ull);
+  h.plan = 0;  // an ACK has no plan: ack_tx takes its place
+  Packet p;
+  auto d = Datagram(h, 0);
+  REQUIRE(Decode(d.data(), d.size(), &p) == DropReason::kNone);
+  CHECK(p.header.flags == (kFlagAckTx | kFlagAckPrefix));
+  CHECK(p.header.ack_tx == 0x55667788u);
+  CHECK(p.header.plan == 0);
+  CHECK(d[56] == 0x88);
+  // DATA keeps its plan there, and never reads an ack_tx.
+  Header data = DataHeader(8);
+  data.ack_tx = 7;
+  d = Datagram(data, 8);
+  REQUIRE(Decode(d.data(), d.size(), &p) == DropReason::kNone);
+  CHECK(p.header.plan == data.plan);
+  CHECK(p.header.ack_tx == 0);
+  Header stop = DataHeader(0);  // on a STOP
+  stop.type = PacketType::kStop;
+  stop.flags = kFlagAckTx;
+  d = Datagram(stop, 0);
   CHECK(Decode(d.data(), d.size(), &p) == DropReason::kBadFlags);
 }
 

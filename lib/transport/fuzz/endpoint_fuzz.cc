@@ -125,6 +125,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   config.send_flows_max = 16;
   config.ack_echo = in.ConsumeBool();
   config.ack_prefix = in.ConsumeBool();
+  config.ack_tx = in.ConsumeBool();
   config.early_close.lt_fixed_us = in.ConsumeIntegralInRange<uint32_t>(0, 100'000);
   Sink sink;
   EndpointEnv env;
@@ -160,7 +161,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 0:
       case 1: {  // DATA
         h.type = PacketType::kData;
-        h.flags = in.ConsumeIntegral<uint8_t>() & kFlagsKnown & ~kFlagAckPrefix;
+        h.flags = in.ConsumeIntegral<uint8_t>() & kFlagsKnown & ~(kFlagAckPrefix | kFlagAckTx);
         h.flow_id = in.ConsumeIntegralInRange<uint32_t>(0, 9);
         h.total_packets = FuzzTotal(in);
         h.seq =
@@ -188,6 +189,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (in.ConsumeBool()) {
           h.flags = kFlagAckPrefix;
           h.chunk_offset = in.ConsumeIntegralInRange<uint32_t>(0, h.total_packets);
+        }
+        if (in.ConsumeBool()) {  // names a transmission: packet numbers count from 0
+          h.flags |= kFlagAckTx;
+          h.ack_tx = in.ConsumeIntegralInRange<uint32_t>(0, 20'000);
         }
         h.btlbw_kbps = in.ConsumeIntegral<uint32_t>();
         const size_t extra = in.ConsumeIntegralInRange<size_t>(0, 16);
