@@ -51,6 +51,10 @@ void DeclareDataPlaneConfig(ConfigSchema* schema, DataPlaneConfig* c) {
                "Weight each peer's share of this node's egress by the bytes it has left, so that "
                "what the node sends several peers at once ends together (docs/congestion.md, "
                "\"Fair shares\").");
+  schema->Bool("data_ack_tx", &c->data_ack_tx,
+               "Each ACK names the transmission that delivered its first packet, so a resent "
+               "packet's ACK is an RTT sample and says which copy arrived (docs/congestion.md, "
+               "\"Named copies\"); every node of a job must agree.");
   schema->Int("data_peer_forget_ms", &c->data_peer_forget_ms,
               "Forget a peer's path estimates, link state and metric series after this long "
               "without a flow to or from it.",
@@ -106,6 +110,7 @@ absl::StatusOr<std::unique_ptr<transport::Endpoint>> CreateDataEndpoint(
   ec.congestion.egress_share = c.data_egress_share;
   ec.congestion.share_lift = c.data_share_lift;
   ec.congestion.weighted_share = c.data_weighted_share;
+  ec.ack_tx = c.data_ack_tx;
   if (ec.recv_bytes_max < ec.recv_peer_bytes_max) {
     return absl::InvalidArgumentError(absl::StrCat("data_recv_bytes_max (", c.data_recv_bytes_max,
                                                    ") is below data_recv_peer_bytes_max (",

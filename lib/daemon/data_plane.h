@@ -39,6 +39,7 @@ struct DataPlaneConfig {
   bool data_egress_share = true;         // CongestionConfig::egress_share
   bool data_share_lift = true;           // CongestionConfig::share_lift
   bool data_weighted_share = true;       // CongestionConfig::weighted_share
+  bool data_ack_tx = false;              // EndpointConfig::ack_tx
   // Round traces (docs/tracing.md): one JSON-lines file per job in this
   // directory; empty: none.
   std::string trace_dir;

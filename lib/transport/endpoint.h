@@ -134,8 +134,11 @@ struct EndpointConfig {
   // (wire.h kFlagAckTx), so a resent packet's ACK gives its sender an RTT
   // sample and tells it which copy arrived: where a queue grew the round
   // trip past the timer, the first copies' ACKs raise the timer at once,
-  // and a loss they prove spurious is undone without a guess.
-  bool ack_tx = true;
+  // and a loss they prove spurious is undone without a guess. Off until
+  // live runs show it keeps the controllers where they were
+  // (docs/congestion.md, "Named copies"). A sender takes named ACKs
+  // whatever this says; the receiver's setting decides.
+  bool ack_tx = false;
   CongestionConfig congestion;
   EarlyCloseConfig early_close;  // for loss-tolerant flows this endpoint receives
   // TcpEndpoint only: congestion control set on each connection with
