@@ -134,8 +134,8 @@ struct EndpointConfig {
   // (wire.h kFlagAckTx), so a resent packet's ACK gives its sender an RTT
   // sample and tells it which copy arrived: where a queue grew the round
   // trip past the timer, the first copies' ACKs raise the timer at once,
-  // and a loss they prove spurious is undone without a guess. Off until
-  // live runs show it keeps the controllers where they were
+  // and a loss they prove spurious is undone without a guess. Off: live
+  // runs with it met fewer of the permutation's changes
   // (docs/congestion.md, "Named copies"). A sender takes named ACKs
   // whatever this says; the receiver's setting decides.
   bool ack_tx = false;
