@@ -361,11 +361,13 @@ bool Endpoint::Impl::AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t n
   }
   // Which copy arrived, where the ACK names it: the latest, or the one
   // before it (a resend's first copy that came late).
-  const bool latest = named_tx != nullptr && *named_tx == st.tx;
+  const bool latest = named_tx != nullptr && st.tx_count > 0 && *named_tx == st.tx;
   const bool earlier = named_tx != nullptr && !latest && st.tx_count > 1 && *named_tx == st.prev_tx;
   SendSample sample = st.sample;
-  if (!rtt_sample) sample.retransmitted = true;  // as a resent packet: no RTT
-  if (latest) sample.retransmitted = false;      // a resend's own round trip
+  // As a resent packet: no RTT. Nor from a packet never sent, which only
+  // a broken or hostile receiver acknowledges: its send time is 0.
+  if (!rtt_sample || st.tx_count == 0) sample.retransmitted = true;
+  if (latest) sample.retransmitted = false;  // a resend's own round trip
   // Declared lost, yet delivered: the copy declared lost arrived (named,
   // or not resent since), or, unnamed, acknowledged sooner than half an
   // RTprop after the resend (so the first copy arrived).

@@ -438,6 +438,39 @@ TEST_CASE("a resent packet's ACK names its copy: a delay spike loses nothing", "
   CHECK(named.seconds < unnamed.seconds);
 }
 
+// An ACK for a packet never sent comes only from a broken or hostile
+// member (it carries the job's key). Its send time is 0: taken as a round
+// trip it would read as the clock's whole run (over a second here) and
+// stretch the timer by as much. It marks the packet acknowledged (the
+// member only loses its own data) and measures nothing.
+TEST_CASE("an ACK for a packet never sent measures no round trip", "[endpoint]") {
+  LinkImpairment wan;
+  wan.delay_us = 10'000;
+  SimRun run(8, wan);
+  Assembler rx(size_t{64} * kChunkFloats);
+  Endpoint* server = run.Add(Config(), &rx);
+  Endpoint* client = run.Add(Config(), nullptr);
+  run.net().SetUplink(client->local(), 1'000'000, 16 << 10);
+  const auto data = Pattern(rx.buf().size(), 9);
+  const std::vector<PacketSpan> packets = Packets(data, 0, Config().payload_floats());
+  auto h = client->Send(server->local(), 1, packets);
+  run.RunFor(absl::Milliseconds(50));
+  testing::Forger seal(testing::TestKey(), 91);
+  Header ack;
+  ack.type = PacketType::kAck;
+  ack.flow_id = h->flow_id();
+  ack.total_packets = static_cast<uint32_t>(packets.size());
+  ack.seq = ack.total_packets - 1;  // a 1 Mbit/s uplink sent a few dozen in 50 ms
+  ack.flags = kFlagAckTx;           // naming transmission 0, as a packet never sent has
+  const auto d = seal(ack, 0, server->local());
+  run.net().Inject(server->local(), client->local(), d.data(), d.size());
+  REQUIRE(run.RunUntil([&] { return h->done(); }, absl::Seconds(60)));
+  const FlowTiming t = h->timing();
+  INFO("round trips " << t.rtt_min_us << " to " << t.rtt_max_us << " us");
+  CHECK(t.rtt_max_us > 0);
+  CHECK(t.rtt_max_us < 500'000);  // 20 ms and at most 16 KB queued at 1 Mbit/s
+}
+
 TEST_CASE("configuration is validated", "[endpoint]") {
   Assembler rx(16);
   auto fails_with = [&](EndpointConfig c, const std::string& key) {
