@@ -371,18 +371,13 @@ bool Endpoint::Impl::AckOne(SendFlow& f, PeerState& ps, uint32_t seq, uint64_t n
   // Declared lost, yet delivered: the copy declared lost arrived (named,
   // or not resent since), or, unnamed, acknowledged sooner than half an
   // RTprop after the resend (so the first copy arrived).
-  if (st.lost_tx_count > 0) {
-    bool spurious = st.tx_count == st.lost_tx_count;
-    if (earlier) {
-      spurious = st.lost_tx_count + 1 == st.tx_count;
-    } else if (!latest && !spurious) {
-      spurious = now >= sample.sent_us && 2 * (now - sample.sent_us) < ps.cc.rtprop_us();
-    }
-    if (spurious) {
-      ++stats.losses_spurious;
-      ps.cc.OnSpuriousLoss(bytes);
-      st.lost_tx_count = 0;
-    }
+  if (st.lost_tx_count > 0 && (earlier ? st.lost_tx_count + 1 == st.tx_count
+                                       : st.tx_count == st.lost_tx_count ||
+                                             (!latest && now >= sample.sent_us &&
+                                              2 * (now - sample.sent_us) < ps.cc.rtprop_us()))) {
+    ++stats.losses_spurious;
+    ps.cc.OnSpuriousLoss(bytes);
+    st.lost_tx_count = 0;
   }
   ps.cc.OnAck(now, bytes, sample);
   if (!ps.cc.unpaced()) egress.OnBytes(now, bytes);  // the egress link's bytes only

@@ -361,10 +361,10 @@ TEST_CASE("late ACKs: losses that prove spurious are counted and undone", "[endp
 // A round trip that grows past the retransmission timer: the path's
 // one-way delay goes from 10 to 60 ms in the middle of a 4 MB flow (about
 // 3,000 packets) on a 20 Mbit/s uplink with room to queue all of it.
-// Every packet in flight then outlives the timer and is resent, and the
-// first copies' ACKs come too late to prove that (endpoint_send.cc,
-// DetectLosses). Returns the sender's and receiver's counters, the flow's
-// time and what the network dropped.
+// Every packet in flight then outlives the timer and is resent; unless
+// the ACKs name their copies, the first copies' ACKs come too late to
+// prove that (endpoint_send.cc, DetectLosses). Returns the sender's and
+// receiver's counters, the flow's time and what the network dropped.
 struct DelaySpike {
   EndpointStats sender, receiver;
   size_t packets = 0;
