@@ -598,12 +598,49 @@ PY
   # rest of the next round's parameters (the pull's tail), medians and
   # 90th percentiles over each period's second half. The tail is the
   # parameters the psds still had queued for that host when its push
-  # ended (docs/results/2026-11-28-pull-tail.md).
+  # ended (docs/results/2026-11-28-pull-tail.md). And how much of its
+  # push its downlink idled (no other host's psd sending it parameters):
+  # in the push's first tenth the psds wait for the first segments every
+  # worker pushed; later idling is the segments coming in together
+  # (docs/results/2026-12-02-pull-tail-idle.md).
   python3 - "$out/trace" "$changes_file" "$end_us" <<'PY'
 import glob, json, statistics, sys
 trace_dir, changes_file, end_us = sys.argv[1], sys.argv[2], int(sys.argv[3])
 changes = [(int(l.split()[0]), [float(x) for x in l.split()[1:]]) for l in open(changes_file)]
 edges = [c[0] for c in changes] + [end_us]
+psd_rounds = {}  # psd index -> round -> its broadcast flows' timings, by worker rank
+for f in glob.glob(trace_dir + "/*-psd-*.jsonl"):
+    p = int(f.rsplit("-", 1)[1].split(".")[0])
+    for line in open(f):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("ev") == "round":
+            by = psd_rounds.setdefault(p, {}).setdefault(e["t"], {})
+            for b in e.get("bcasts", []):
+                by.setdefault(b["worker"], []).append(b["timing"])
+
+
+def idle_tenths(slow, t, start, end):
+    """Per tenth of [start, end): the share in which no other host's psd
+    was sending round t's parameters to worker `slow`."""
+    spans = sorted((f["first_sent"], f["last_sent"]) for p, rounds in psd_rounds.items()
+                   if p != slow for f in rounds.get(t, {}).get(slow, []))
+    if not spans or end <= start:
+        return None
+    out = []
+    for k in range(10):
+        a0, b0 = start + (end - start) * k // 10, start + (end - start) * (k + 1) // 10
+        busy, cur = 0, a0
+        for a, b in spans:
+            a, b = max(a, cur), min(b, b0)
+            if b > a:
+                busy, cur = busy + b - a, b
+        out.append(1 - busy / max(1, b0 - a0))
+    return out
+
+
 for k, (t, rates) in enumerate(changes):
     slow = rates.index(min(rates))
     its = {}
@@ -616,11 +653,14 @@ for k, (t, rates) in enumerate(changes):
             if e.get("ev") == "iteration":
                 its[e["t"]] = e
     half = (t + edges[k + 1]) / 2
-    push, tail, queued = [], [], []
+    push, tail, queued, idle = [], [], [], []
     for i, e in its.items():
         if half <= e["push"] < edges[k + 1] and i + 1 in its:
             push.append((e["pushed"] - e["push"]) / 1e3)
             tail.append((its[i + 1]["woke"] - e["pushed"]) / 1e3)
+            tenths = idle_tenths(slow, i + 1, e["push"], e["pushed"])
+            if tenths:
+                idle.append(tenths)
             # Its push flows' mean round trip over RTprop: queues on
             # either direction of their paths (its ACKs come back
             # through the psds' uplinks).
@@ -636,6 +676,12 @@ for k, (t, rates) in enumerate(changes):
     if len(queued) >= 2:
         print("adaptive:   its push flows' mean round trip over RTprop: %.0f ms (90th pct %.0f)" %
               q(queued))
+    if idle:
+        first = statistics.mean(v[0] for v in idle)
+        rest = statistics.mean(sum(v[1:]) / 9 for v in idle)
+        print("adaptive:   its downlink idle during the push: %.0f%% of the first tenth, %.0f%% of "
+              "the rest (%.0f ms a round)" % (100 * first, 100 * rest,
+                                               (first + 9 * rest) / 10 * statistics.mean(push)))
 PY
   # Link reports above what the slower of their two hosts can carry (by
   # more than 15%), each report once, none within 3 s after a change:
