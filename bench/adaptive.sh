@@ -608,7 +608,9 @@ import glob, json, statistics, sys
 trace_dir, changes_file, end_us = sys.argv[1], sys.argv[2], int(sys.argv[3])
 changes = [(int(l.split()[0]), [float(x) for x in l.split()[1:]]) for l in open(changes_file)]
 edges = [c[0] for c in changes] + [end_us]
-psd_rounds = {}  # psd index -> round -> its broadcast flows' timings, by worker rank
+# psd index -> round -> its broadcast flows' timings, by worker rank; schedd
+# ranks nodes by id, so psd-i and worker-i (host i) are index and rank i.
+psd_rounds = {}
 for f in glob.glob(trace_dir + "/*-psd-*.jsonl"):
     p = int(f.rsplit("-", 1)[1].split(".")[0])
     for line in open(f):
