@@ -608,20 +608,28 @@ import glob, json, statistics, sys
 trace_dir, changes_file, end_us = sys.argv[1], sys.argv[2], int(sys.argv[3])
 changes = [(int(l.split()[0]), [float(x) for x in l.split()[1:]]) for l in open(changes_file)]
 edges = [c[0] for c in changes] + [end_us]
+
+
+def events(path, ev):
+    """The trace file's events of kind `ev`, skipping lines cut short."""
+    for line in open(path):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("ev") == ev:
+            yield e
+
+
 # psd index -> round -> its broadcast flows' timings, by worker rank; schedd
 # ranks nodes by id, so psd-i and worker-i (host i) are index and rank i.
 psd_rounds = {}
 for f in glob.glob(trace_dir + "/*-psd-*.jsonl"):
     p = int(f.rsplit("-", 1)[1].split(".")[0])
-    for line in open(f):
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if e.get("ev") == "round":
-            by = psd_rounds.setdefault(p, {}).setdefault(e["t"], {})
-            for b in e.get("bcasts", []):
-                by.setdefault(b["worker"], []).append(b["timing"])
+    for e in events(f, "round"):
+        by = psd_rounds.setdefault(p, {}).setdefault(e["t"], {})
+        for b in e.get("bcasts", []):
+            by.setdefault(b["worker"], []).append(b["timing"])
 
 
 def idle_tenths(slow, t, start, end):
@@ -645,15 +653,8 @@ def idle_tenths(slow, t, start, end):
 
 for k, (t, rates) in enumerate(changes):
     slow = rates.index(min(rates))
-    its = {}
-    for f in glob.glob(trace_dir + "/*-worker-%d.jsonl" % slow):
-        for line in open(f):
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            if e.get("ev") == "iteration":
-                its[e["t"]] = e
+    its = {e["t"]: e for f in glob.glob(trace_dir + "/*-worker-%d.jsonl" % slow)
+           for e in events(f, "iteration")}
     half = (t + edges[k + 1]) / 2
     push, tail, queued, idle = [], [], [], []
     for i, e in its.items():
